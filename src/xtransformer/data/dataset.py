@@ -1,0 +1,356 @@
+"""Datasets in the standard XMC layouts, loaded into one in-memory form.
+
+A dataset folder holds one of:
+- the raw-text layout (``train_texts.txt`` + ``train_labels.txt``, optional dev/test, ids,
+  ``label_map.txt``, ``label_text.txt``);
+- the XC-repository sparse format (``train.txt``, ``dev.txt``/``test.txt``);
+- CSR pairs ``X.train.npz`` / ``Y.train.npz`` (labels then have no string ids unless a
+  ``label_map.txt`` is given: they are named by their column number);
+- or ``.tar.gz`` archives of any of these, unpacked once into the cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from xtransformer.data.errors import DataError
+from xtransformer.data.paths import default_cache_dir, default_data_dir
+from xtransformer.data.readers import (
+    labels_to_csr,
+    read_label_lines,
+    read_label_map,
+    read_label_text,
+    read_lines,
+    read_texts,
+    read_xc_sparse,
+)
+from xtransformer.data.vocab import LabelVocab
+from xtransformer.utils.io import atomic_dir, file_fingerprint, is_complete, load_csr, settings_key
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass
+class DataConfig:
+    """Mirrors ``configs/data/*.yaml``."""
+
+    name: str = "reuters21578"
+    path: str | None = None  # dataset folder; default <data_dir>/<name>
+    data_dir: str | None = None  # default $XMC_DATA_DIR, else ../shared/data
+    format: str = "auto"  # auto | text | xc | npz
+    dev_fraction: float = 0.1  # carved from train when the dataset has no dev split
+    dev_seed: int = 0
+    eval_split: str | None = None  # default: test if present, else dev
+    max_docs: int | None = None  # keep the first N documents of each split (quick runs, tests)
+    allow_empty_docs: bool = False
+    allow_empty_labels: bool = False
+
+
+@dataclass
+class Split:
+    name: str
+    Y: sp.csr_matrix
+    texts: list[str] | None = None
+    ids: list[str] | None = None
+    X: sp.csr_matrix | None = None  # given features (XC / npz formats)
+
+    def __len__(self) -> int:
+        return self.Y.shape[0]
+
+
+@dataclass
+class XMCDataset:
+    name: str
+    root: Path
+    vocab: LabelVocab
+    splits: dict[str, Split]
+    label_text: list[str]
+    n_label_text_missing: int
+    eval_split: str
+    source_key: str  # fingerprint of the input files + loading settings, for cache keys
+    dev_carved_from_train: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_labels(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def has_texts(self) -> bool:
+        return all(s.texts is not None for s in self.splits.values())
+
+    def summary(self) -> dict[str, Any]:
+        train_counts = np.asarray(self.splits["train"].Y.sum(axis=0)).ravel()
+        out: dict[str, Any] = {
+            "name": self.name,
+            "root": str(self.root),
+            "n_labels": self.n_labels,
+            "labels_in_train": int((train_counts > 0).sum()),
+            "labels_without_train_docs": int((train_counts == 0).sum()),
+            "label_text_missing": self.n_label_text_missing,
+            "eval_split": self.eval_split,
+            "dev_carved_from_train": self.dev_carved_from_train,
+            "splits": {},
+        }
+        for name, s in self.splits.items():
+            counts = np.asarray(s.Y.sum(axis=0)).ravel()
+            only_here = int(((counts > 0) & (train_counts == 0)).sum()) if name != "train" else 0
+            out["splits"][name] = {
+                "docs": len(s),
+                "labels_per_doc": round(float(s.Y.nnz / max(len(s), 1)), 3),
+                "distinct_labels": int((counts > 0).sum()),
+                "labels_not_in_train": only_here,
+                "docs_without_labels": int((np.diff(s.Y.indptr) == 0).sum()),
+            }
+        return out
+
+
+def resolve_dataset_dir(cfg: DataConfig, cache_dir: str | Path | None = None) -> Path:
+    """The folder holding the dataset's files, unpacking archives into the cache if needed."""
+    data_dir = Path(cfg.data_dir).expanduser() if cfg.data_dir else default_data_dir()
+    folder = Path(cfg.path).expanduser() if cfg.path else data_dir / cfg.name
+    if not folder.exists():
+        archive = data_dir / f"{cfg.name}.tar.gz"
+        if archive.is_file():
+            return _unpack([archive], cfg.name, cache_dir)
+        known = sorted(p.name for p in data_dir.iterdir() if p.is_dir()) if data_dir.is_dir() else []
+        raise DataError(
+            f"unknown dataset {cfg.name!r}: no folder {folder}"
+            + (f" (datasets found in {data_dir}: {', '.join(known)})" if known else "")
+            + "; set data.path=/path/to/folder, data.data_dir=..., or $XMC_DATA_DIR"
+        )
+    if _detect_format(folder) is None:
+        archives = sorted(folder.glob("*.tar.gz"))
+        if archives:
+            return _unpack(archives, cfg.name, cache_dir)
+    return folder
+
+
+def _unpack(archives: list[Path], name: str, cache_dir: str | Path | None) -> Path:
+    key = settings_key([file_fingerprint(a) for a in archives])
+    target = Path(cache_dir or default_cache_dir()) / "datasets" / f"{name}-{key}"
+    if is_complete(target):
+        return target
+    log.info("unpacking %s into %s", ", ".join(a.name for a in archives), target)
+    with atomic_dir(target) as tmp:
+        for archive in archives:
+            try:
+                with tarfile.open(archive, "r:gz") as tar:
+                    tar.extractall(tmp, filter="data")
+            except (tarfile.TarError, OSError) as err:
+                raise DataError(f"cannot unpack archive: {err}", archive) from None
+        # archives that wrap their files in one top folder: flatten it
+        entries = [p for p in tmp.iterdir()]
+        if len(entries) == 1 and entries[0].is_dir():
+            for p in entries[0].iterdir():
+                p.rename(tmp / p.name)
+            entries[0].rmdir()
+    return target
+
+
+def _detect_format(folder: Path) -> str | None:
+    if (folder / "train_texts.txt").is_file():
+        return "text"
+    if (folder / "X.train.npz").is_file():
+        return "npz"
+    if (folder / "train.txt").is_file():
+        return "xc"
+    return None
+
+
+def load_dataset(
+    name_or_cfg: str | DataConfig | dict, cache_dir: str | Path | None = None, **overrides: Any
+) -> XMCDataset:
+    """Load a dataset by name (a folder under the data dir), path, or ``DataConfig``."""
+    if isinstance(name_or_cfg, str):
+        cfg = DataConfig(name=name_or_cfg, **overrides)
+        if Path(name_or_cfg).expanduser().is_dir() and "path" not in overrides:
+            cfg = dataclasses.replace(cfg, name=Path(name_or_cfg).name, path=name_or_cfg)
+    elif isinstance(name_or_cfg, dict):
+        cfg = DataConfig(**{**name_or_cfg, **overrides})
+    else:
+        cfg = dataclasses.replace(name_or_cfg, **overrides)
+    folder = resolve_dataset_dir(cfg, cache_dir)
+    fmt = _detect_format(folder) if cfg.format == "auto" else cfg.format
+    if fmt is None:
+        raise DataError(
+            "no dataset files found: expected train_texts.txt + train_labels.txt (raw text), "
+            "train.txt (XC sparse format) or X.train.npz + Y.train.npz",
+            folder,
+        )
+    loader = {"text": _load_text, "xc": _load_xc, "npz": _load_npz}.get(fmt)
+    if loader is None:
+        raise DataError(f"data.format must be auto, text, xc or npz, got {cfg.format!r}")
+    vocab, splits, label_text, n_missing = loader(folder, cfg)
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    settings = dataclasses.asdict(cfg) | {"path": None, "data_dir": None}
+    source_key = settings_key([file_fingerprint(p) for p in files], settings)
+    carved = "dev" not in splits
+    if carved:
+        splits = _carve_dev(splits, cfg)
+    eval_split = cfg.eval_split or ("test" if "test" in splits else "dev")
+    if eval_split not in splits:
+        raise DataError(f"data.eval_split={eval_split!r} but the dataset has splits {sorted(splits)}")
+    ds = XMCDataset(
+        name=cfg.name,
+        root=folder,
+        vocab=vocab,
+        splits=splits,
+        label_text=label_text,
+        n_label_text_missing=n_missing,
+        eval_split=eval_split,
+        source_key=source_key,
+        dev_carved_from_train=carved,
+    )
+    return ds
+
+
+def _limit(items: list, cfg: DataConfig) -> list:
+    return items if cfg.max_docs is None else items[: cfg.max_docs]
+
+
+def _load_text(folder: Path, cfg: DataConfig):
+    present = [s for s in SPLITS if (folder / f"{s}_texts.txt").is_file() or (folder / f"{s}_labels.txt").is_file()]
+    if "train" not in present:
+        raise DataError("missing split 'train': no train_texts.txt / train_labels.txt", folder)
+    texts, labels, ids = {}, {}, {}
+    for s in present:
+        tpath, lpath, ipath = (folder / f"{s}_{kind}.txt" for kind in ("texts", "labels", "ids"))
+        for p in (tpath, lpath):
+            if not p.is_file():
+                raise DataError(f"split {s!r} is incomplete: missing {p.name}", p)
+        texts[s] = read_texts(tpath, allow_empty=cfg.allow_empty_docs)
+        labels[s] = read_label_lines(lpath, allow_empty=cfg.allow_empty_labels)
+        if len(texts[s]) != len(labels[s]):
+            raise DataError(
+                f"{tpath.name} has {len(texts[s])} lines but {lpath.name} has {len(labels[s])}: "
+                "texts and labels must align line by line",
+                lpath,
+            )
+        if ipath.is_file():
+            ids[s] = read_lines(ipath)
+            if len(ids[s]) != len(texts[s]):
+                raise DataError(f"{ipath.name} has {len(ids[s])} lines, expected {len(texts[s])}", ipath)
+        else:
+            ids[s] = [str(i) for i in range(len(texts[s]))]
+    map_path = folder / "label_map.txt"
+    vocab = read_label_map(map_path) if map_path.is_file() else LabelVocab.from_labels(
+        label for s in present for label in labels[s]
+    )
+    splits = {
+        s: Split(
+            name=s,
+            Y=labels_to_csr(_limit(labels[s], cfg), vocab, folder / f"{s}_labels.txt"),
+            texts=_limit(texts[s], cfg),
+            ids=_limit(ids[s], cfg),
+        )
+        for s in present
+    }
+    text_path = folder / "label_text.txt"
+    if text_path.is_file():
+        label_text, missing = read_label_text(text_path, vocab)
+    else:
+        label_text, missing = list(vocab.ids), len(vocab)
+    return vocab, splits, label_text, missing
+
+
+def _feature_vocab(folder: Path, n_labels: int) -> tuple[LabelVocab, list[str], int]:
+    map_path = folder / "label_map.txt"
+    vocab = read_label_map(map_path) if map_path.is_file() else LabelVocab([str(i) for i in range(n_labels)])
+    if len(vocab) != n_labels:
+        raise DataError(f"has {len(vocab)} labels but the label matrices have {n_labels} columns", map_path)
+    text_path = folder / "label_text.txt"
+    if text_path.is_file():
+        label_text, missing = read_label_text(text_path, vocab)
+    else:
+        label_text, missing = list(vocab.ids), len(vocab)
+    return vocab, label_text, missing
+
+
+def _check_rows(Y: sp.csr_matrix, cfg: DataConfig, path: Path) -> None:
+    if not cfg.allow_empty_labels:
+        empty = np.flatnonzero(np.diff(Y.indptr) == 0)
+        if len(empty):
+            raise DataError("document without labels (set data.allow_empty_labels=true)", path, int(empty[0]) + 1)
+
+
+def _load_xc(folder: Path, cfg: DataConfig):
+    mats = {s: read_xc_sparse(folder / f"{s}.txt") for s in SPLITS if (folder / f"{s}.txt").is_file()}
+    if "train" not in mats:
+        raise DataError("missing split 'train': no train.txt", folder)
+    shapes = {s: (X.shape[1], Y.shape[1]) for s, (X, Y) in mats.items()}
+    if len(set(shapes.values())) != 1:
+        raise DataError(f"splits disagree on (features, labels): {shapes}", folder)
+    for s, (_, Y) in mats.items():
+        _check_rows(Y, cfg, folder / f"{s}.txt")
+    vocab, label_text, missing = _feature_vocab(folder, shapes["train"][1])
+    splits = {s: Split(name=s, Y=_limit_rows(Y, cfg), X=_limit_rows(X, cfg)) for s, (X, Y) in mats.items()}
+    return vocab, splits, label_text, missing
+
+
+def _load_npz(folder: Path, cfg: DataConfig):
+    splits = {}
+    n_labels = None
+    for s in SPLITS:
+        xp, yp = folder / f"X.{s}.npz", folder / f"Y.{s}.npz"
+        if not xp.is_file() and not yp.is_file():
+            continue
+        for p in (xp, yp):
+            if not p.is_file():
+                raise DataError(f"split {s!r} is incomplete: missing {p.name}", p)
+        try:
+            X, Y = load_csr(xp).astype(np.float32), load_csr(yp).astype(np.float32)
+        except (OSError, ValueError) as err:
+            raise DataError(f"cannot read CSR npz: {err}", folder / f"X.{s}.npz") from None
+        if X.shape[0] != Y.shape[0]:
+            raise DataError(f"X has {X.shape[0]} rows but Y has {Y.shape[0]}", yp)
+        _check_rows(Y, cfg, yp)
+        n_labels = Y.shape[1] if n_labels is None else n_labels
+        if Y.shape[1] != n_labels:
+            raise DataError(f"Y has {Y.shape[1]} labels, train has {n_labels}", yp)
+        Y.data[:] = 1.0
+        splits[s] = Split(name=s, Y=_limit_rows(Y, cfg), X=_limit_rows(X, cfg))
+    if "train" not in splits:
+        raise DataError("missing split 'train': no X.train.npz / Y.train.npz", folder)
+    vocab, label_text, missing = _feature_vocab(folder, n_labels)
+    return vocab, splits, label_text, missing
+
+
+def _limit_rows(M: sp.csr_matrix, cfg: DataConfig) -> sp.csr_matrix:
+    return M if cfg.max_docs is None else M[: cfg.max_docs]
+
+
+def _carve_dev(splits: dict[str, Split], cfg: DataConfig) -> dict[str, Split]:
+    """A seeded ``dev_fraction`` of train becomes dev (the paper's protocol without a dev split)."""
+    train = splits["train"]
+    n = len(train)
+    n_dev = int(round(n * cfg.dev_fraction))
+    if n_dev < 1 or n_dev >= n:
+        raise DataError(
+            f"data.dev_fraction={cfg.dev_fraction} leaves no dev or no train documents out of {n}"
+        )
+    perm = np.random.default_rng(cfg.dev_seed).permutation(n)
+    dev_idx, train_idx = np.sort(perm[:n_dev]), np.sort(perm[n_dev:])
+
+    def take(idx: np.ndarray, name: str) -> Split:
+        return Split(
+            name=name,
+            Y=train.Y[idx],
+            texts=None if train.texts is None else [train.texts[i] for i in idx],
+            ids=None if train.ids is None else [train.ids[i] for i in idx],
+            X=None if train.X is None else train.X[idx],
+        )
+
+    out = dict(splits)
+    out["train"], out["dev"] = take(train_idx, "train"), take(dev_idx, "dev")
+    return {s: out[s] for s in SPLITS if s in out}
