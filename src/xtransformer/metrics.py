@@ -1,0 +1,649 @@
+"""XMC ranking metrics (P@k, R@k, nDCG@k, PSP@k) computed from sparse top-k predictions.
+
+Definitions follow pyxclib / the Extreme Classification Repository (and PECOS for P/R):
+for a document with true label set ``T`` and ranked predictions ``l_1..l_k``,
+
+* ``P@k   = |{l_1..l_k} ∩ T| / k`` (denominator ``k`` even when fewer than ``k`` predictions),
+* ``R@k   = |{l_1..l_k} ∩ T| / |T|``, 0 when ``T`` is empty,
+* ``nDCG@k = DCG@k / IDCG@min(k, |T|)`` with ``DCG@k = sum_j [l_j in T] / log2(j + 1)``, 0 when
+  ``T`` is empty,
+* ``PSP@k`` (Jain et al., KDD 2016) with inverse propensities ``w``: the *normalised* form used
+  by the XC repository and pyxclib, ``sum_docs sum_{j<=k} [l_j in T] w_{l_j}`` divided by the
+  best achievable value ``sum_docs (sum of the min(k, |T|) largest w over T)``; the
+  unnormalised form ``mean_docs (1/k) sum_{j<=k} [l_j in T] w_{l_j}`` is reported as
+  ``PSP_raw@k``.
+
+Every metric is a mean over *all* documents, including those with no true label (they count
+as 0 and are reported as ``n_docs_no_label``). All metrics reduce to per-document terms summed
+over documents (:class:`MetricSums`), which lets :func:`evaluate` and the streaming
+:class:`XMCMetrics` share one code path. Nothing here builds a dense ``N x L`` matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+import torchmetrics
+
+__all__ = [
+    "MetricsError",
+    "MetricSums",
+    "topk_from_scores",
+    "precision_at_k",
+    "recall_at_k",
+    "ndcg_at_k",
+    "psp_at_k",
+    "propensity",
+    "evaluate",
+    "XMCMetrics",
+    "format_metrics_table",
+]
+
+# Padded layout is used when it wastes at most this factor over the stored entries.
+_PADDED_MAX_BLOWUP = 4.0
+
+
+class MetricsError(ValueError):
+    """Bad input to a metric function; the message names the offending argument."""
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def _as_csr(mat: Any, name: str) -> sp.csr_matrix:
+    if not sp.issparse(mat):
+        raise MetricsError(f"{name} must be a scipy sparse matrix, got {type(mat).__name__}")
+    if mat.ndim != 2:
+        raise MetricsError(f"{name} must be 2-D, got shape {mat.shape}")
+    return sp.csr_matrix(mat)
+
+
+def _binary_labels(Y: Any, name: str = "Y_true") -> sp.csr_matrix:
+    """Canonical csr (sorted indices, no duplicates, no explicit zeros) with all-ones data."""
+    Y = _as_csr(Y, name)
+    if not Y.has_canonical_format or (Y.nnz and not np.all(Y.data)):
+        Y = Y.copy()
+        Y.sum_duplicates()
+        Y.eliminate_zeros()
+    return sp.csr_matrix(
+        (np.ones(Y.nnz, dtype=np.float32), Y.indices, Y.indptr), shape=Y.shape
+    )
+
+
+def _check_k(k: Any, name: str) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise MetricsError(f"{name} must be a positive integer, got {k!r}")
+    return int(k)
+
+
+def _check_topk_idx(topk_idx: Any, n_rows: int, n_labels: int, name: str) -> np.ndarray:
+    """Validate a ranked index array: 2-D integers in [-1, L), rows matching, no duplicates."""
+    idx = np.asarray(topk_idx)
+    if idx.ndim != 2:
+        raise MetricsError(f"{name} must be a 2-D (N x k) index array, got shape {idx.shape}")
+    if idx.size and not np.issubdtype(idx.dtype, np.integer):
+        raise MetricsError(f"{name} must hold integer label indices, got dtype {idx.dtype}")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.shape[0] != n_rows:
+        raise MetricsError(
+            f"{name} has {idx.shape[0]} rows but Y_true has {n_rows} (documents must align)"
+        )
+    if idx.size and (idx.min() < -1 or idx.max() >= n_labels):
+        raise MetricsError(
+            f"{name} holds label indices outside [-1, {n_labels}) "
+            f"(min {idx.min()}, max {idx.max()}); Y_true has {n_labels} labels"
+        )
+    srt = np.sort(idx, axis=1)
+    if np.any((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)):
+        raise MetricsError(f"{name} repeats a label index within a row")
+    return idx
+
+
+def _fit_width(idx: np.ndarray, max_k: int) -> np.ndarray:
+    """Truncate to ``max_k`` columns or pad with -1 (missing predictions count as misses)."""
+    if idx.shape[1] >= max_k:
+        return idx[:, :max_k]
+    pad = np.full((idx.shape[0], max_k - idx.shape[1]), -1, dtype=np.int64)
+    return np.hstack([idx, pad])
+
+
+def _check_inv_propensity(inv_propensity: Any, n_labels: int) -> np.ndarray:
+    w = np.asarray(inv_propensity, dtype=np.float64)
+    if w.shape != (n_labels,):
+        raise MetricsError(
+            f"inv_propensity must have shape ({n_labels},) to match Y_true's labels, got {w.shape}"
+        )
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise MetricsError("inv_propensity must be finite and non-negative")
+    return w
+
+
+# --------------------------------------------------------------------------- top-k
+
+
+def topk_from_scores(scores: sp.spmatrix, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the ``k`` largest *stored* entries of a sparse score matrix.
+
+    Returns ``(idx, vals)``: ``int64`` and ``float32`` arrays of shape ``N x k`` sorted by
+    decreasing score, ties broken by lower label index; rows storing fewer than ``k`` entries
+    are padded with index -1 and score ``-inf``. Works on the CSR arrays only: a padded
+    ``N x max_row_nnz`` sort when rows are about equally full, else one global lexsort.
+    """
+    k = _check_k(k, "k")
+    S = _as_csr(scores, "scores")
+    if not S.has_canonical_format:
+        S = S.copy()
+        S.sum_duplicates()  # also sorts indices, which the padded path relies on
+    if S.nnz and np.isnan(S.data).any():
+        raise MetricsError("scores contains NaN")
+    counts = np.diff(S.indptr)
+    n_rows = S.shape[0]
+    widest = int(counts.max()) if n_rows else 0
+    if n_rows * widest <= _PADDED_MAX_BLOWUP * S.nnz + 1024:
+        return _topk_padded(S, counts, widest, k)
+    return _topk_lexsort(S, counts, k)
+
+
+def _row_positions(indptr: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row id and position within the row of every stored entry of a CSR matrix."""
+    nnz = int(indptr[-1])
+    rows = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    pos = np.arange(nnz, dtype=np.int64) - np.repeat(indptr[:-1].astype(np.int64), counts)
+    return rows, pos
+
+
+def _empty_topk(n_rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    return (
+        np.full((n_rows, k), -1, dtype=np.int64),
+        np.full((n_rows, k), -np.inf, dtype=np.float32),
+    )
+
+
+def _topk_padded(
+    S: sp.csr_matrix, counts: np.ndarray, widest: int, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    n_rows = S.shape[0]
+    idx_out, val_out = _empty_topk(n_rows, k)
+    if widest == 0:
+        return idx_out, val_out
+    rows, pos = _row_positions(S.indptr, counts)
+    # Negated scores so an ascending stable sort ranks high scores first; padding (+inf)
+    # sits after the stored entries of its row, and equal scores keep ascending column order.
+    neg = np.full((n_rows, widest), np.inf, dtype=S.data.dtype)
+    cols = np.full((n_rows, widest), -1, dtype=np.int64)
+    neg[rows, pos] = -S.data
+    cols[rows, pos] = S.indices
+    order = np.argsort(neg, axis=1, kind="stable")[:, :k]
+    kk = order.shape[1]
+    idx_out[:, :kk] = np.take_along_axis(cols, order, axis=1)
+    val_out[:, :kk] = -np.take_along_axis(neg, order, axis=1)
+    # A stored -inf ranks with the padding but before it (stable), so only padding maps to -1.
+    val_out[idx_out < 0] = -np.inf
+    return idx_out, val_out
+
+
+def _topk_lexsort(
+    S: sp.csr_matrix, counts: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    n_rows = S.shape[0]
+    idx_out, val_out = _empty_topk(n_rows, k)
+    rows, pos = _row_positions(S.indptr, counts)
+    # Rows are already grouped, so after sorting by (row, -score, col) `pos` is the rank.
+    order = np.lexsort((S.indices, -S.data, rows))
+    keep = pos < k
+    src = order[keep]
+    idx_out[rows[keep], pos[keep]] = S.indices[src]
+    val_out[rows[keep], pos[keep]] = S.data[src]
+    return idx_out, val_out
+
+
+# --------------------------------------------------------------------------- per-document terms
+
+
+def _hits(Y: sp.csr_matrix, idx: np.ndarray) -> np.ndarray:
+    """``N x k`` bool: is ``idx[i, j]`` a true label of document ``i``? (binary canonical Y)."""
+    n_rows, n_labels = Y.shape
+    if Y.nnz == 0 or idx.size == 0:
+        return np.zeros(idx.shape, dtype=bool)
+    # One sorted key per stored (row, label); membership by binary search, never densified.
+    rows, _ = _row_positions(Y.indptr, np.diff(Y.indptr))
+    y_keys = rows * n_labels + Y.indices
+    q_keys = np.arange(n_rows, dtype=np.int64)[:, None] * n_labels + idx
+    at = np.minimum(np.searchsorted(y_keys, q_keys), len(y_keys) - 1)
+    return (y_keys[at] == q_keys) & (idx >= 0)
+
+
+def _dense_hits(target: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Hits against a dense boolean ``B x L`` target (a batch, never a full N x L)."""
+    picked = np.take_along_axis(target, np.maximum(idx, 0), axis=1)
+    return picked & (idx >= 0)
+
+
+def _discounts(max_k: int) -> np.ndarray:
+    return 1.0 / np.log2(np.arange(2, max_k + 2, dtype=np.float64))
+
+
+def _per_doc_precision(hits: np.ndarray) -> np.ndarray:
+    return np.cumsum(hits, axis=1) / np.arange(1, hits.shape[1] + 1)
+
+
+def _per_doc_recall(hits: np.ndarray, n_true: np.ndarray) -> np.ndarray:
+    # Empty-truth documents have no hits, so dividing by max(|T|, 1) gives them 0.
+    return np.cumsum(hits, axis=1) / np.maximum(n_true, 1)[:, None]
+
+
+def _per_doc_ndcg(hits: np.ndarray, n_true: np.ndarray) -> np.ndarray:
+    max_k = hits.shape[1]
+    disc = _discounts(max_k)
+    dcg = np.cumsum(hits * disc, axis=1)
+    ideal_len = np.minimum(np.arange(1, max_k + 1)[None, :], n_true[:, None])
+    idcg = np.where(ideal_len > 0, np.cumsum(disc)[np.maximum(ideal_len - 1, 0)], 1.0)
+    return dcg / idcg
+
+
+def _per_doc_psp(
+    Y: sp.csr_matrix, idx: np.ndarray, hits: np.ndarray, w: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative propensity-weighted gain of the predictions and of the ideal ranking."""
+    gain = np.cumsum(np.where(hits, w[np.maximum(idx, 0)], 0.0), axis=1)
+    weighted = sp.csr_matrix((w[Y.indices], Y.indices, Y.indptr), shape=Y.shape)
+    # The ideal ranking is the top-k of the true labels by weight; reuse the top-k kernel.
+    best_idx, _ = topk_from_scores(weighted, idx.shape[1])
+    # Re-read weights in float64 (the kernel returns float32 scores).
+    best = np.where(best_idx >= 0, w[np.maximum(best_idx, 0)], 0.0)
+    return gain, np.cumsum(best, axis=1)
+
+
+@dataclass
+class MetricSums:
+    """Per-document metric terms summed over documents, for k = 1..max_k (arrays float64)."""
+
+    precision: np.ndarray
+    recall: np.ndarray
+    ndcg: np.ndarray
+    psp_gain: np.ndarray  # sum of cumulative propensity-weighted hits
+    psp_best: np.ndarray  # sum of the best achievable cumulative weighted gain
+    psp_raw: np.ndarray  # sum of gain / k (Jain et al.'s unnormalised PSP)
+    n_docs: int
+    n_docs_no_label: int
+
+
+def _metric_sums(
+    Y: sp.csr_matrix | None,
+    idx: np.ndarray,
+    hits: np.ndarray,
+    n_true: np.ndarray,
+    w: np.ndarray | None,
+) -> MetricSums:
+    """Sum the per-document terms of every metric; PSP terms are zero when ``w`` is None."""
+    max_k = idx.shape[1]
+    if w is not None and Y is None:
+        raise MetricsError("PSP needs the sparse Y_true batch")
+    if w is not None:
+        gain, best = _per_doc_psp(Y, idx, hits, w)
+        psp = (gain.sum(0), best.sum(0), (gain / np.arange(1, max_k + 1)).sum(0))
+    else:
+        psp = (np.zeros(max_k),) * 3
+    return MetricSums(
+        precision=_per_doc_precision(hits).sum(0),
+        recall=_per_doc_recall(hits, n_true).sum(0),
+        ndcg=_per_doc_ndcg(hits, n_true).sum(0),
+        psp_gain=psp[0],
+        psp_best=psp[1],
+        psp_raw=psp[2],
+        n_docs=int(len(n_true)),
+        n_docs_no_label=int(np.count_nonzero(n_true == 0)),
+    )
+
+
+def _safe_ratio(num: np.ndarray, den: np.ndarray | float) -> np.ndarray:
+    den = np.broadcast_to(np.asarray(den, dtype=np.float64), np.shape(num))
+    return np.divide(num, den, out=np.zeros(np.shape(num)), where=den > 0)
+
+
+def _metric_curves(sums: MetricSums, with_psp: bool) -> dict[str, np.ndarray]:
+    """Metric prefix -> array over k = 1..max_k, as fractions in [0, 1] (PSP_raw may exceed)."""
+    curves = {
+        "P": _safe_ratio(sums.precision, sums.n_docs),
+        "R": _safe_ratio(sums.recall, sums.n_docs),
+        "nDCG": _safe_ratio(sums.ndcg, sums.n_docs),
+    }
+    if with_psp:
+        curves["PSP"] = _safe_ratio(sums.psp_gain, sums.psp_best)
+        curves["PSP_raw"] = _safe_ratio(sums.psp_raw, sums.n_docs)
+    return curves
+
+
+def _metrics_dict(sums: MetricSums, ks: Sequence[int], with_psp: bool) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for prefix, curve in _metric_curves(sums, with_psp).items():
+        for k in ks:
+            out[f"{prefix}@{k}"] = 100.0 * float(curve[k - 1])
+    out["n_docs"] = sums.n_docs
+    out["n_docs_no_label"] = sums.n_docs_no_label
+    return out
+
+
+# --------------------------------------------------------------------------- public metrics
+
+
+def _prepare(
+    Y_true: Any, topk_idx: Any, max_k: int | None
+) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray]:
+    Y = _binary_labels(Y_true)
+    idx = _check_topk_idx(topk_idx, Y.shape[0], Y.shape[1], "topk_idx")
+    width = idx.shape[1] if max_k is None else _check_k(max_k, "max_k")
+    if width < 1:
+        raise MetricsError("topk_idx has no columns; pass max_k or at least one prediction")
+    idx = _fit_width(idx, width)
+    return Y, idx, _hits(Y, idx), np.diff(Y.indptr)
+
+
+def _mean_over_docs(per_doc: np.ndarray) -> np.ndarray:
+    return per_doc.mean(axis=0) if per_doc.shape[0] else np.zeros(per_doc.shape[1])
+
+
+def precision_at_k(
+    Y_true: sp.spmatrix, topk_idx: np.ndarray, max_k: int | None = None
+) -> np.ndarray:
+    """P@k for k = 1..max_k (fractions), mean over all documents; ``max_k`` defaults to
+    ``topk_idx.shape[1]`` (wider input is truncated, narrower padded with misses)."""
+    _, _, hits, _ = _prepare(Y_true, topk_idx, max_k)
+    return _mean_over_docs(_per_doc_precision(hits))
+
+
+def recall_at_k(Y_true: sp.spmatrix, topk_idx: np.ndarray, max_k: int | None = None) -> np.ndarray:
+    """R@k for k = 1..max_k; documents with no true label contribute 0 (and stay in the mean)."""
+    _, _, hits, n_true = _prepare(Y_true, topk_idx, max_k)
+    return _mean_over_docs(_per_doc_recall(hits, n_true))
+
+
+def ndcg_at_k(Y_true: sp.spmatrix, topk_idx: np.ndarray, max_k: int | None = None) -> np.ndarray:
+    """nDCG@k = DCG@k / IDCG@min(k, |T|) for k = 1..max_k; 0 for documents with no true label."""
+    _, _, hits, n_true = _prepare(Y_true, topk_idx, max_k)
+    return _mean_over_docs(_per_doc_ndcg(hits, n_true))
+
+
+def psp_at_k(
+    Y_true: sp.spmatrix,
+    topk_idx: np.ndarray,
+    inv_propensity: np.ndarray,
+    max_k: int | None = None,
+    normalize: bool = True,
+) -> np.ndarray:
+    """Propensity-scored precision for k = 1..max_k (Jain et al. 2016).
+
+    ``normalize=True`` (default, XC-repository / pyxclib form): total weighted hits over the
+    total best achievable weighted hits, in [0, 1]. ``normalize=False``: Jain et al.'s
+    ``mean_docs (1/k) sum_j [hit_j] w_{l_j}``, which is not bounded by 1.
+    """
+    Y, idx, hits, n_true = _prepare(Y_true, topk_idx, max_k)
+    w = _check_inv_propensity(inv_propensity, Y.shape[1])
+    curves = _metric_curves(_metric_sums(Y, idx, hits, n_true, w), with_psp=True)
+    return curves["PSP" if normalize else "PSP_raw"]
+
+
+def propensity(Y_train: sp.spmatrix, A: float = 0.55, B: float = 1.5) -> np.ndarray:
+    """Inverse propensity per label (Jain et al. 2016): ``1 + C (N_l + B)^-A``,
+    ``C = (ln N - 1)(B + 1)^A``, with ``N_l`` the number of training documents of label ``l``.
+
+    Jain et al. use A=0.55, B=1.5 by default (0.5/0.4 for Wikipedia, 0.6/2.6 for Amazon).
+    ``B > 0`` keeps labels never seen in training finite (they get the largest weight).
+    """
+    Y = _binary_labels(Y_train, "Y_train")
+    n_docs = Y.shape[0]
+    if n_docs < 1:
+        raise MetricsError("Y_train has no rows; propensities need training documents")
+    if not (np.isfinite(A) and A >= 0):
+        raise MetricsError(f"A must be finite and non-negative, got {A!r}")
+    if not (np.isfinite(B) and B > 0):
+        raise MetricsError(f"B must be finite and positive, got {B!r}")
+    label_counts = np.bincount(Y.indices, minlength=Y.shape[1]).astype(np.float64)
+    C = (np.log(n_docs) - 1.0) * (B + 1.0) ** A
+    return 1.0 + C * (label_counts + B) ** (-A)
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def _resolve_ks(ks: Sequence[int] | None, max_k: int) -> tuple[list[int], int]:
+    if ks is None:
+        max_k = _check_k(max_k, "max_k")
+        return list(range(1, max_k + 1)), max_k
+    ks = sorted({_check_k(k, "ks") for k in ks})
+    if not ks:
+        raise MetricsError("ks is empty")
+    return ks, ks[-1]
+
+
+def _topk_from_input(scores: Any, Y: sp.csr_matrix, max_k: int) -> np.ndarray:
+    """Ranked ``N x max_k`` label indices from a sparse score matrix or an ``(idx, vals)`` pair."""
+    if isinstance(scores, tuple):
+        if len(scores) != 2:
+            raise MetricsError("scores as a tuple must be (topk_idx, topk_vals)")
+        idx = _check_topk_idx(scores[0], Y.shape[0], Y.shape[1], "scores[0] (top-k indices)")
+        vals = np.asarray(scores[1])
+        if vals.shape != idx.shape:
+            raise MetricsError(
+                f"scores[1] (top-k values) has shape {vals.shape}, expected {idx.shape}"
+            )
+        if np.isnan(vals).any() or np.any(vals[:, 1:] > vals[:, :-1]):
+            raise MetricsError("scores[1] rows must be sorted by decreasing score (no NaN)")
+        return _fit_width(idx, max_k)
+    S = _as_csr(scores, "scores")
+    if S.shape[0] != Y.shape[0]:
+        raise MetricsError(
+            f"scores has {S.shape[0]} rows but Y_true has {Y.shape[0]} (documents must align)"
+        )
+    if S.shape[1] != Y.shape[1]:
+        raise MetricsError(
+            f"scores has {S.shape[1]} label columns but Y_true has {Y.shape[1]}"
+        )
+    idx, _ = topk_from_scores(S, max_k)
+    return idx
+
+
+def evaluate(
+    Y_true: sp.spmatrix,
+    scores: sp.spmatrix | tuple[np.ndarray, np.ndarray],
+    ks: Sequence[int] | None = None,
+    max_k: int = 5,
+    inv_propensity: np.ndarray | None = None,
+) -> dict[str, float]:
+    """All metrics, as percentages (0-100), keyed ``P@k``, ``R@k``, ``nDCG@k`` (and ``PSP@k``,
+    ``PSP_raw@k`` when ``inv_propensity`` is given), plus ``n_docs`` and ``n_docs_no_label``.
+
+    ``scores`` is an ``N x L`` sparse score matrix (top-k of its stored entries is taken) or a
+    ``(topk_idx, topk_vals)`` pair sorted by decreasing score as :func:`topk_from_scores`
+    returns. Reports every k in ``ks`` if given, else every k in 1..max_k.
+    """
+    Y = _binary_labels(Y_true)
+    if Y.shape[0] == 0:
+        raise MetricsError("Y_true has no rows; nothing to evaluate")
+    ks_list, width = _resolve_ks(ks, max_k)
+    idx = _topk_from_input(scores, Y, width)
+    w = None if inv_propensity is None else _check_inv_propensity(inv_propensity, Y.shape[1])
+    n_true = np.diff(Y.indptr)
+    sums = _metric_sums(Y, idx, _hits(Y, idx), n_true, w)
+    return _metrics_dict(sums, ks_list, with_psp=w is not None)
+
+
+# --------------------------------------------------------------------------- torchmetrics
+
+
+def _torch_dense_topk(scores: torch.Tensor, k: int) -> np.ndarray:
+    """Top-k indices of a dense ``B x L`` batch with ties broken by lower label index
+    (``torch.topk`` alone does not guarantee which tied entry wins)."""
+    if torch.isnan(scores).any():
+        raise MetricsError("scores contains NaN")
+    n_rows, n_labels = scores.shape
+    kk = min(k, n_labels)
+    out = np.full((n_rows, k), -1, dtype=np.int64)
+    if n_rows == 0 or kk == 0:
+        return out
+    thr = torch.topk(scores, kk, dim=1).values[:, -1:]
+    chosen = scores >= thr
+    picked = chosen.nonzero()
+    if picked.shape[0] != n_rows * kk:  # some row ties at its k-th value: rare for real scores
+        tied = torch.bincount(picked[:, 0], minlength=n_rows) > kk
+        chosen[tied] = _lowest_ties(scores[tied], thr[tied], kk)
+        picked = chosen.nonzero()
+    cols = picked[:, 1].view(n_rows, kk)  # row-major, so columns ascend within each row
+    order = torch.sort(scores.gather(1, cols), dim=1, descending=True, stable=True).indices
+    out[:, :kk] = cols.gather(1, order).cpu().numpy()
+    return out
+
+
+def _lowest_ties(scores: torch.Tensor, thr: torch.Tensor, k: int) -> torch.Tensor:
+    """Mask of the top-k per row where entries equal to the k-th value ``thr`` fill the
+    remaining slots in ascending column order."""
+    above = scores > thr
+    at = scores == thr
+    need = k - above.sum(dim=1, keepdim=True)
+    return above | (at & (at.cumsum(dim=1, dtype=torch.int32) <= need))
+
+
+def _torch_sparse_to_scipy(t: torch.Tensor) -> sp.csr_matrix:
+    t = t.detach().cpu().to_sparse_csr()
+    return sp.csr_matrix(
+        (t.values().numpy(), t.col_indices().numpy(), t.crow_indices().numpy()),
+        shape=tuple(t.shape),
+    )
+
+
+def _batch_target(target: Any) -> tuple[sp.csr_matrix | None, np.ndarray | None]:
+    """(sparse binary target, dense bool target): exactly one is set."""
+    if isinstance(target, torch.Tensor):
+        if target.layout != torch.strided:
+            return _binary_labels(_torch_sparse_to_scipy(target), "target"), None
+        target = target.detach().cpu().numpy()
+    if sp.issparse(target):
+        return _binary_labels(target, "target"), None
+    arr = np.asarray(target)
+    if arr.ndim != 2:
+        raise MetricsError(f"target must be a 2-D batch (B x L), got shape {arr.shape}")
+    return None, arr != 0
+
+
+def _batch_topk(scores: Any, n_rows: int, n_labels: int, k: int) -> np.ndarray:
+    """Ranked top-k indices for one batch from dense/sparse scores or an (idx, vals) pair."""
+    if isinstance(scores, tuple):
+        idx = scores[0]
+        idx = idx.detach().cpu().numpy() if isinstance(idx, torch.Tensor) else np.asarray(idx)
+        idx = _check_topk_idx(idx, n_rows, n_labels, "scores[0] (top-k indices)")
+        return _fit_width(idx, k)
+    if isinstance(scores, torch.Tensor) and scores.layout == torch.strided:
+        if scores.ndim != 2 or tuple(scores.shape) != (n_rows, n_labels):
+            raise MetricsError(
+                f"scores has shape {tuple(scores.shape)} but target is {(n_rows, n_labels)}"
+            )
+        return _torch_dense_topk(scores.detach(), k)
+    if isinstance(scores, torch.Tensor):
+        scores = _torch_sparse_to_scipy(scores)
+    S = _as_csr(scores, "scores")
+    if S.shape != (n_rows, n_labels):
+        raise MetricsError(f"scores has shape {S.shape} but target is {(n_rows, n_labels)}")
+    return topk_from_scores(S, k)[0]
+
+
+class XMCMetrics(torchmetrics.Metric):
+    """Streaming P@k / R@k / nDCG@k (and PSP@k given ``inv_propensity``) over batches.
+
+    ``update(scores, target)``: ``scores`` a dense ``B x L`` tensor, a sparse (scipy or torch)
+    ``B x L`` score matrix, or a ``(topk_idx, topk_vals)`` pair; ``target`` a scipy sparse or
+    dense (bool/0-1) ``B x L`` batch. Each batch is reduced to its top-k hits and then to
+    per-k sums of per-document terms, so the state is O(max_k) whatever the number of batches
+    (summed across processes). ``compute()`` returns the same dict as :func:`evaluate`.
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(
+        self, max_k: int = 5, inv_propensity: np.ndarray | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.max_k = _check_k(max_k, "max_k")
+        self._w = None
+        if inv_propensity is not None:
+            self._w = _check_inv_propensity(inv_propensity, int(np.size(inv_propensity)))
+        for f in fields(MetricSums):
+            if f.name.startswith("n_docs"):
+                default = torch.zeros((), dtype=torch.int64)
+            else:
+                default = torch.zeros(self.max_k, dtype=torch.float64)
+            self.add_state(f.name, default=default, dist_reduce_fx="sum")
+
+    def update(self, scores: Any, target: Any) -> None:  # type: ignore[override]
+        Y, dense = _batch_target(target)
+        n_rows, n_labels = (Y if Y is not None else dense).shape
+        idx = _batch_topk(scores, n_rows, n_labels, self.max_k)
+        if Y is not None:
+            hits, n_true = _hits(Y, idx), np.diff(Y.indptr)
+        else:
+            hits, n_true = _dense_hits(dense, idx), dense.sum(axis=1)
+        w = None
+        if self._w is not None:
+            if len(self._w) != n_labels:
+                raise MetricsError(
+                    f"inv_propensity must have shape ({n_labels},) to match the target batch, "
+                    f"got ({len(self._w)},)"
+                )
+            w = self._w
+            if Y is None:
+                Y = sp.csr_matrix(dense)  # a batch only: B x L, already held densely
+        sums = _metric_sums(Y, idx, hits, n_true, w)
+        for f in fields(MetricSums):
+            state = getattr(self, f.name)
+            setattr(self, f.name, state + torch.as_tensor(getattr(sums, f.name),
+                                                          dtype=state.dtype, device=state.device))
+
+    def compute(self) -> dict[str, float]:  # type: ignore[override]
+        sums = MetricSums(**{
+            f.name: (int(getattr(self, f.name).item()) if f.name.startswith("n_docs")
+                     else getattr(self, f.name).detach().cpu().numpy())
+            for f in fields(MetricSums)
+        })
+        return _metrics_dict(sums, range(1, self.max_k + 1), with_psp=self._w is not None)
+
+
+# --------------------------------------------------------------------------- reporting
+
+_DEFAULT_TABLE_KEYS = ("P@1", "P@3", "P@5", "R@5", "nDCG@3", "nDCG@5", "PSP@1", "PSP@3", "PSP@5")
+
+
+def format_metrics_table(
+    metrics: dict[str, float],
+    keys: Sequence[str] | None = None,
+    style: str = "markdown",
+    digits: int = 2,
+) -> str:
+    """Render metrics for logs: ``style="markdown"`` gives a header/separator/value table,
+    ``style="line"`` a single ``P@1 91.85 | P@3 83.07 | ...`` line. ``keys=None`` shows the
+    usual P/R/nDCG/PSP keys that are present; explicit keys must all be present."""
+    if keys is None:
+        keys = [k for k in _DEFAULT_TABLE_KEYS if k in metrics]
+    else:
+        missing = [k for k in keys if k not in metrics]
+        if missing:
+            raise MetricsError(f"keys not in metrics: {missing}")
+    cells = [_format_value(metrics[k], digits) for k in keys]
+    if style == "line":
+        return " | ".join(f"{k} {v}" for k, v in zip(keys, cells))
+    if style != "markdown":
+        raise MetricsError(f"style must be 'markdown' or 'line', got {style!r}")
+    header = "| " + " | ".join(keys) + " |"
+    sep = "|" + "|".join("---:" for _ in keys) + "|"
+    row = "| " + " | ".join(cells) + " |"
+    return "\n".join([header, sep, row])
+
+
+def _format_value(value: float, digits: int) -> str:
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    return f"{float(value):.{digits}f}"
