@@ -1,0 +1,122 @@
+"""The whole X-Transformer run: data -> TF-IDF -> indexing -> matcher -> ranker -> metrics.
+
+Each stage is a small function in ``stages.py`` whose artifacts are cached under a key of the
+settings that influence them (``cache.py``). This module composes them from a Hydra config and
+writes the run folder: ``metrics.json``, ``predictions/{split}.npz``, ``truth/{split}.npz``,
+``label_vocab.txt`` and plots.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from xtransformer.data import DataConfig, TfidfConfig, load_dataset, tfidf_features
+from xtransformer.metrics import evaluate, format_metrics_table, propensity
+from xtransformer.pipeline import stages
+from xtransformer.pipeline.cache import StageCache
+from xtransformer.pipeline.loggers import build_loggers, log_final
+from xtransformer.utils.io import save_csr, save_json
+
+log = logging.getLogger(__name__)
+
+REPORT_KEYS = ("P@1", "P@3", "P@5", "R@1", "R@3", "R@5", "nDCG@5", "PSP@5")
+
+
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def is_rank_zero() -> bool:
+    # Lightning's DDP launcher re-runs this script in child processes; they only help train.
+    return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    out_dir = Path(cfg.paths.output_dir)
+    cache = StageCache(Path(cfg.paths.cache_dir), enabled=bool(cfg.cache))
+    method = cfg.method  # xtransformer | xrlinear
+    if method not in ("xtransformer", "xrlinear"):
+        raise ValueError(f"method must be 'xtransformer' or 'xrlinear', got {method!r}")
+    matcher_cfg = stages.matcher_config(cfg.matcher) if method == "xtransformer" else None
+    if matcher_cfg is not None:
+        stages.check_model(matcher_cfg)  # fail before any data work if the encoder is missing
+
+    def lap(name: str, since: float) -> float:
+        now = time.perf_counter()
+        timings[name] = round(now - since, 3)
+        return now
+
+    t = time.perf_counter()
+    ds = load_dataset(DataConfig(**OmegaConf.to_container(cfg.data, resolve=True)), cache_dir=cfg.paths.cache_dir)
+    log.info("dataset %s: %s", ds.name, {s: len(v) for s, v in ds.splits.items()})
+    t = lap("load_data", t)
+    X = tfidf_features(ds, TfidfConfig(**OmegaConf.to_container(cfg.tfidf, resolve=True)), cache_dir=cfg.paths.cache_dir)
+    t = lap("tfidf", t)
+    loggers = build_loggers(cfg) if is_rank_zero() else []
+    eval_split = ds.eval_split
+    inv_prop = propensity(ds.splits["train"].Y)
+    results: dict[str, Any] = {}
+    predictions: dict[str, Any] = {}
+
+    if cfg.baseline or method == "xrlinear":
+        base = stages.xrlinear(cache, ds, X, cfg)
+        t = lap("xrlinear_train", t)
+        predictions["xrlinear"] = base.predict(X[eval_split])
+        t = lap("xrlinear_predict", t)
+        results["xrlinear"] = evaluate(ds.splits[eval_split].Y, predictions["xrlinear"], inv_propensity=inv_prop)
+
+    if method == "xtransformer":
+        embed_fn = stages.pretrained_embedder(matcher_cfg, cfg)
+        chain, index_key = stages.index(cache, ds, X, cfg, embed_fn)
+        t = lap("indexing", t)
+        mout, matcher_key = stages.matcher(cache, ds, chain, matcher_cfg, cfg, index_key, loggers)
+        t = lap("matcher", t)
+        if not is_rank_zero():
+            return {}
+        ranker = stages.ranker(cache, ds, X, mout, chain, cfg, matcher_key)
+        t = lap("ranker_train", t)
+        predictions["xtransformer"] = stages.predict(ranker, X, mout, eval_split)
+        t = lap("predict", t)
+        results["xtransformer"] = evaluate(ds.splits[eval_split].Y, predictions["xtransformer"], inv_propensity=inv_prop)
+        results["matcher_cluster_recall"] = stages.cluster_recall(ds.splits[eval_split].Y, chain, mout.topb(eval_split))
+        stages.plots(out_dir / "plots", ds, chain)
+
+    main = "xtransformer" if method == "xtransformer" else "xrlinear"
+    timings["total"] = round(time.perf_counter() - t0, 3)
+    metrics = {
+        "method": method,
+        "dataset": ds.name,
+        "eval_split": eval_split,
+        "seed": int(cfg.seed),
+        "metrics": results[main],
+        "results": results,
+        "timings_s": timings,
+        "peak_rss_gib": round(peak_rss_gib(), 3),
+        "stages": {"ran": cache.ran(), "reused": cache.reused()},
+        "dataset_summary": ds.summary(),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    write_run_outputs(out_dir, ds, predictions[main], eval_split, metrics)
+    for name, res in results.items():
+        if isinstance(res, dict) and "P@1" in res:
+            log.info("%s on %s: %s", name, eval_split, format_metrics_table(res, REPORT_KEYS))
+    log_final(loggers, metrics, out_dir)
+    return metrics
+
+
+def write_run_outputs(out_dir: Path, ds, pred, split: str, metrics: dict[str, Any]) -> None:
+    """The files ``xtransformer.ensemble`` and the sweep aggregator read from a run folder."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_csr(pred, out_dir / "predictions" / f"{split}.npz")
+    save_csr(ds.splits[split].Y, out_dir / "truth" / f"{split}.npz")
+    ds.vocab.save(out_dir / "label_vocab.txt")
+    save_json(metrics, out_dir / "metrics.json")

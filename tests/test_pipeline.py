@@ -1,0 +1,131 @@
+"""End-to-end: the Hydra config composes, the whole pipeline runs on a slice of Reuters with a
+tiny random encoder, stages are cached and reused, and a sweep aggregates into a table."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+
+# A slice of Reuters and a tiny random BERT: the whole method in seconds.
+TINY = [
+    "data.max_docs=400",
+    "matcher=tiny_bert",
+    "matcher.max_steps=4",
+    "matcher.batch_size=16",
+    "matcher.max_length=32",
+    "matcher.checkpoint_every_n_steps=2",
+    "matcher.progress=false",
+    "indexing.n_clusters=8",
+    "tfidf.max_features=5000",
+    "logger=csv",
+]
+
+
+def _compose(overrides: list[str], tmp_path: Path):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose(
+            config_name="train",
+            overrides=[*overrides, f"paths.cache_dir={tmp_path / 'cache'}", f"paths.output_dir={tmp_path / 'run'}"],
+        )
+
+
+def _groups() -> dict[str, list[str]]:
+    skip = {"hydra", "table5"}
+    return {
+        d.name: sorted(p.stem for p in d.glob("*.yaml"))
+        for d in sorted(CONFIGS.iterdir())
+        if d.is_dir() and d.name not in skip
+    }
+
+
+def test_every_config_option_composes(tmp_path):
+    for group, options in _groups().items():
+        for option in options:
+            cfg = _compose([f"{group}={option}"], tmp_path)
+            OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+
+
+def test_table5_rows_compose(tmp_path):
+    for row in sorted(p.stem for p in (CONFIGS / "table5").glob("*.yaml")):
+        cfg = _compose([f"+table5={row}"], tmp_path)
+        assert cfg.indexing.name in ("pifa_tfidf", "pifa_neural", "text_emb")
+
+
+def test_bad_key_fails_at_composition(tmp_path):
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException):
+        _compose(["matcher=no_such_matcher"], tmp_path)
+    with pytest.raises(ConfigCompositionException):
+        _compose(["ranker.no_such_key=1"], tmp_path)
+
+
+@pytest.mark.slow
+def test_pipeline_end_to_end_and_stage_cache(tmp_path):
+    from xtransformer.pipeline.run import run
+
+    cfg = _compose(TINY, tmp_path)
+    metrics = run(cfg)
+    run_dir = tmp_path / "run"
+    saved = json.loads((run_dir / "metrics.json").read_text())
+    for method in ("xtransformer", "xrlinear"):
+        res = saved["results"][method]
+        assert 0 <= res["P@5"] <= res["P@1"] <= 100 and res["n_docs"] == 400
+    assert saved["metrics"] == saved["results"]["xtransformer"]
+    assert saved["seed"] == 0 and saved["config"]["matcher"]["model_name_or_path"] == "tiny:bert"
+    assert {"indexing", "matcher", "ranker", "xrlinear"} <= set(metrics["stages"]["ran"])
+    assert (run_dir / "predictions" / "test.npz").is_file() and (run_dir / "label_vocab.txt").is_file()
+    assert any((run_dir / "plots").glob("*.png"))
+
+    # the same command again: every stage is reused, nothing retrained, same numbers
+    again = run(_compose(TINY, tmp_path))
+    assert again["stages"]["ran"] == []
+    assert set(again["stages"]["reused"]) >= {"indexing", "matcher", "ranker", "xrlinear"}
+    assert again["results"]["xtransformer"] == metrics["results"]["xtransformer"]
+
+    # a ranker-only change retrains only the ranker
+    changed = run(_compose([*TINY, "ranker.Cp=2.0"], tmp_path))
+    assert changed["stages"]["ran"] == ["ranker"]
+
+
+@pytest.mark.slow
+def test_multirun_sweep_resumes_and_aggregates(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    sweep = tmp_path / "sweep"
+    cmd = [
+        sys.executable, str(ROOT / "train.py"), "-m", *TINY, "baseline=false",
+        "ranker=tfidf_tfn,tfidf_neural_tfn_man", "seed=0,1",
+        f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}",
+    ]
+    # interrupt the sweep as soon as its first run has finished
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    while not (sweep / "0" / "metrics.json").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    assert (sweep / "0" / "metrics.json").exists(), proc.stderr.read()[-3000:]
+
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = [json.loads((sweep / str(i) / "metrics.json").read_text()) for i in range(4)]
+    assert runs[0]["stages"]["ran"] == []  # the finished run is redone from cache only
+    # the two ranker options share each seed's matcher: at most 2 fine-tunings over both attempts
+    assert sum("matcher" in r["stages"]["ran"] for r in runs[1:]) <= 1
+
+    agg = subprocess.run(
+        [sys.executable, "-m", "xtransformer.suite.aggregate", str(sweep)], env=env, capture_output=True, text=True
+    )
+    assert agg.returncode == 0, agg.stderr
+    assert "±" in agg.stdout and (sweep / "results.md").is_file() and (sweep / "results_p_at_k.png").is_file()
