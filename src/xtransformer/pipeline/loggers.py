@@ -15,6 +15,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from xtransformer.suite.aggregate import flatten_config
+
 log = logging.getLogger(__name__)
 
 
@@ -26,23 +28,22 @@ def build_loggers(cfg: DictConfig) -> list[Any]:
     for name, lcfg in cfg.logger.items():
         if lcfg is None or "_target_" not in lcfg:
             continue
-        out.append(hydra.utils.instantiate(lcfg))
+        extra = {"group": sweep_group(cfg)} if "group" in lcfg and lcfg.group is None else {}
+        out.append(hydra.utils.instantiate(lcfg, **extra))
         log.info("logger %s: %s", name, type(out[-1]).__name__)
     config = OmegaConf.to_container(cfg, resolve=True)
     for lg in out:
-        lg.log_hyperparams(_flatten(config))
+        lg.log_hyperparams(flatten_config(config))
     return out
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            flat.update(_flatten(v, key + "/"))
-        else:
-            flat[key] = v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
-    return flat
+def sweep_group(cfg: DictConfig) -> str:
+    """Members of one multirun share a W&B group (the sweep folder), so the dashboard compares them."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized() and HydraConfig.get().mode.name == "MULTIRUN":
+        return f"{cfg.task_name}-{Path(HydraConfig.get().sweep.dir).name}"
+    return str(cfg.task_name)
 
 
 def log_final(loggers: list[Any], metrics: dict[str, Any], out_dir: Path) -> None:
