@@ -74,9 +74,8 @@ def pretrained_embedder(mcfg: MatcherConfig | None, cfg: DictConfig) -> EmbedFn 
 def index(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], cfg: DictConfig,
           embed_fn: EmbedFn | None) -> tuple[ClusterChain, str]:
     icfg = IndexingConfig.from_mapping(_plain(cfg.indexing))
-    neural = any(b in icfg.name for b in ("neural", "text_emb"))
     encoder = None
-    if neural:
+    if embed_fn is not None:  # neural representations, and the text-neighbour fallback of orphan labels
         m = _without_name(cfg.matcher)
         encoder = {k: m.get(k) for k in ("model_name_or_path", "max_length", "truncate_chars")}
     key = settings_key("index", _features_key(ds, cfg), dataclasses.asdict(icfg) | {"threads": None}, encoder)
@@ -171,11 +170,13 @@ def xrlinear(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], cfg
     xcfg = HierarchicalLinearConfig(**_plain(cfg.xrlinear.model))
     icfg = IndexingConfig.from_mapping(_plain(cfg.xrlinear.indexing))
     train_settings = {k: v for k, v in dataclasses.asdict(xcfg).items() if k not in ("beam_size", "topk", "threads", "post_processor")}
-    key = settings_key("xrlinear", _features_key(ds, cfg), train_settings, dataclasses.asdict(icfg) | {"threads": None})
+    nr_splits = int(cfg.xrlinear.nr_splits)
+    key = settings_key("xrlinear", _features_key(ds, cfg), train_settings, dataclasses.asdict(icfg) | {"threads": None}, nr_splits)
 
     def build(tmp: Path) -> None:
         chain, report = build_index(icfg, ds.splits["train"].Y, X_train_tfidf=X["train"], label_ids=ds.vocab.ids)
         save_json(report, tmp / "index_report.json")
+        chain = chain.subsample(nr_splits)
         HierarchicalLinear.train(X["train"], ds.splits["train"].Y, list(chain), xcfg).save(tmp / "model")
 
     folder = cache.run("xrlinear", key, build, settings=train_settings)

@@ -1,0 +1,35 @@
+"""Semantic label indexing: label representations, hierarchical balanced k-means, ``ClusterChain``."""
+
+from xtransformer.indexing.chain import ClusterChain, codes_to_csr
+from xtransformer.indexing.errors import IndexingError
+from xtransformer.indexing.kmeans import default_n_clusters, hierarchical_kmeans, resolve_n_clusters
+from xtransformer.indexing.quality import (
+    centroid_cosine,
+    cluster_quality,
+    cooccurrence_purity,
+    group_purity,
+    random_balanced_codes,
+    save_quality_plots,
+)
+from xtransformer.indexing.representations import EmbedFn, label_representation, parse_representation
+from xtransformer.indexing.stage import IndexingConfig, build_index
+
+__all__ = [
+    "ClusterChain",
+    "EmbedFn",
+    "IndexingConfig",
+    "IndexingError",
+    "build_index",
+    "centroid_cosine",
+    "cluster_quality",
+    "codes_to_csr",
+    "cooccurrence_purity",
+    "default_n_clusters",
+    "group_purity",
+    "hierarchical_kmeans",
+    "label_representation",
+    "parse_representation",
+    "random_balanced_codes",
+    "resolve_n_clusters",
+    "save_quality_plots",
+]

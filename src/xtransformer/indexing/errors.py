@@ -1,0 +1,7 @@
+"""One error type for bad indexing input, so callers can catch it apart from bugs."""
+
+from __future__ import annotations
+
+
+class IndexingError(ValueError):
+    """Bad input to label indexing: the message names the argument, config key or file at fault."""

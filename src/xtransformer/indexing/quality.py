@@ -1,0 +1,194 @@
+"""How good is a label clustering? Figures against a random balanced clustering, and plots.
+
+* ``centroid_cosine``: mean cosine of each label to its leaf centroid. For unit rows the cosines
+  in cluster ``k`` sum to ``||sum_{l in k} x_l||``, so this needs only the cluster sums.
+* ``group_purity``: share of labels in their cluster's majority group (given a label grouping).
+* ``cooccurrence_purity``: share of a document's label pairs that fall in one cluster (micro
+  average over training documents) -- what the matcher and TFN negatives care about.
+
+Each figure is reported beside the same figure for a random assignment with the same cluster
+sizes. The plots redraw the paper's Figure 1: the long tail of label frequencies and the
+distribution of training instances per cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from xtransformer.indexing.chain import ClusterChain, codes_to_csr
+from xtransformer.indexing.errors import IndexingError
+from xtransformer.indexing.level_ops import number_pairs
+from xtransformer.utils.io import atomic_path
+
+# Figure 1's threshold: a label / cluster with more than this many training instances is "head".
+HEAD_THRESHOLD = 100
+# Cluster sums go to a dense K x D grid up to this many cells, else to (cluster, feature) pairs.
+_GRID_CELLS = 1 << 25
+
+
+def random_balanced_codes(cluster_sizes: np.ndarray, seed: int = 0) -> np.ndarray:
+    """A random assignment of ``sum(cluster_sizes)`` labels with exactly these cluster sizes."""
+    sizes = np.asarray(cluster_sizes, dtype=np.int64)
+    codes = np.repeat(np.arange(len(sizes)), sizes)
+    return np.random.default_rng(seed).permutation(codes)
+
+
+def centroid_cosine(features: sp.spmatrix | np.ndarray, codes: np.ndarray) -> float:
+    """Mean cosine of each (non-zero) label representation to its cluster centroid."""
+    codes = _check_codes(codes, features.shape[0], "features")
+    X, n_nonzero = _unit_rows(features)
+    return float(np.sqrt(cluster_sum_sq(X, codes)).sum() / max(n_nonzero, 1))
+
+
+def cluster_sum_sq(X: sp.spmatrix | np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """``||sum_{l in k} x_l||^2`` for every cluster ``k``, in O(nnz) (no ``K x D`` product)."""
+    k = int(codes.max()) + 1
+    if not sp.issparse(X):
+        sums = codes_to_csr(codes, k).T @ X
+        return np.einsum("ij,ij->i", sums, sums, dtype=np.float64)
+    X = sp.csr_matrix(X)
+    code_of_nnz = np.repeat(codes, np.diff(X.indptr))
+    if k * X.shape[1] <= _GRID_CELLS:  # sum into a dense K x D grid
+        sums = np.bincount(code_of_nnz * X.shape[1] + X.indices, weights=X.data, minlength=k * X.shape[1])
+        return np.einsum("ij,ij->i", sums.reshape(k, -1), sums.reshape(k, -1))
+    pair, pair_code = number_pairs(code_of_nnz, X.indices, X.shape[1])  # only the (cluster, feature) pairs
+    sums = np.bincount(pair, weights=X.data, minlength=len(pair_code))
+    return np.bincount(pair_code, weights=sums**2, minlength=k)
+
+
+def group_purity(codes: np.ndarray, groups: np.ndarray) -> float:
+    """Share of labels that belong to the most common group of their cluster."""
+    groups = np.asarray(groups)
+    codes = _check_codes(codes, len(groups), "groups")
+    _, g = np.unique(groups, return_inverse=True)
+    table = sp.csr_matrix((np.ones(len(codes)), (codes, g)))
+    return float(table.max(axis=1).toarray().sum() / len(codes))
+
+
+def cooccurrence_purity(Y: sp.spmatrix, codes: np.ndarray) -> float:
+    """Share of (document, label pair) co-occurrences whose two labels share a cluster."""
+    Y = sp.csr_matrix(Y)
+    codes = _check_codes(codes, Y.shape[1], "Y")
+    Y.data[:] = 1.0
+    M = (Y @ codes_to_csr(codes, int(codes.max()) + 1)).tocsr()
+    shared = float((M.data * (M.data - 1) / 2).sum())
+    n = np.diff(Y.indptr).astype(np.float64)
+    total = float((n * (n - 1) / 2).sum())
+    return shared / total if total > 0 else float("nan")
+
+
+def cluster_quality(
+    chain: ClusterChain,
+    features: sp.spmatrix | np.ndarray | None = None,
+    Y: sp.spmatrix | None = None,
+    groups: np.ndarray | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Every figure that the given inputs allow, each with its random-balanced baseline."""
+    codes = chain.leaf_codes
+    rand = random_balanced_codes(chain.cluster_sizes, seed)
+    sizes = chain.cluster_sizes
+    out: dict[str, Any] = {
+        "n_clusters": chain.n_clusters,
+        "cluster_size_min": int(sizes.min()),
+        "cluster_size_max": int(sizes.max()),
+    }
+    figures = {
+        "centroid_cosine": (lambda c: centroid_cosine(features, c)) if features is not None else None,
+        "group_purity": (lambda c: group_purity(c, groups)) if groups is not None else None,
+        "cooccurrence_purity": (lambda c: cooccurrence_purity(Y, c)) if Y is not None else None,
+    }
+    for name, fn in figures.items():
+        if fn is not None:
+            out[name] = fn(codes)
+            out[f"{name}_random"] = fn(rand)
+    if Y is not None:
+        inst = instances_per_cluster(Y, chain)
+        out["clusters_with_gt100_instances"] = float((inst > HEAD_THRESHOLD).mean())
+        out["clusters_without_instances"] = int((inst == 0).sum())
+        out["labels_with_gt100_instances"] = float((label_frequencies(Y) > HEAD_THRESHOLD).mean())
+    return out
+
+
+def label_frequencies(Y: sp.spmatrix) -> np.ndarray:
+    """Training documents per label."""
+    return np.diff(sp.csc_matrix(Y).indptr)
+
+
+def instances_per_cluster(Y: sp.spmatrix, chain: ClusterChain) -> np.ndarray:
+    """Training documents with at least one label in each leaf cluster (nonzeros of ``M = YC``)."""
+    M = (sp.csr_matrix(Y) @ chain.leaf_assignment).tocsc()
+    M.eliminate_zeros()
+    return np.diff(M.indptr)
+
+
+def save_quality_plots(out_dir: str | os.PathLike, Y: sp.spmatrix, chain: ClusterChain, title: str = "") -> list[Path]:
+    """Write ``label_long_tail.png`` and ``cluster_distribution.png`` (the paper's Figure 1) to ``out_dir``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    paths = []
+    freq = np.sort(label_frequencies(Y))[::-1]
+    inst = np.sort(instances_per_cluster(Y, chain))[::-1]
+    for name, counts, what in (
+        ("label_long_tail.png", freq, "labels"),
+        ("cluster_distribution.png", inst, "clusters"),
+    ):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        rank = np.arange(1, len(counts) + 1)
+        head = counts > HEAD_THRESHOLD
+        top = np.maximum(counts, 0.5)  # log axis: draw zero counts at the floor
+        ax.fill_between(rank, top, 0.5, where=head, color="tab:cyan", step="mid", label=f"> {HEAD_THRESHOLD} instances")
+        ax.fill_between(rank, top, 0.5, where=~head, color="tab:gray", step="mid", label=f"<= {HEAD_THRESHOLD} instances")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"{what} sorted by training instances")
+        ax.set_ylabel("training instances")
+        ax.set_title(f"{title} {len(counts)} {what}: {100 * head.mean():.1f}% with > {HEAD_THRESHOLD}".strip())
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / name
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _check_codes(codes: np.ndarray, n: int, against: str) -> np.ndarray:
+    codes = np.asarray(codes)
+    if codes.ndim != 1 or len(codes) != n:
+        raise IndexingError(f"`codes` must have one cluster per label ({n}, from `{against}`), got shape {codes.shape}")
+    if not np.issubdtype(codes.dtype, np.integer) or (len(codes) and codes.min() < 0):
+        raise IndexingError("`codes` must be non-negative integers")
+    return codes.astype(np.int64)
+
+
+def _row_sq(X: sp.spmatrix | np.ndarray) -> np.ndarray:
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        sq = np.zeros(X.shape[0])
+        rows = np.flatnonzero(np.diff(X.indptr))
+        if rows.size:
+            sq[rows] = np.add.reduceat(X.data * X.data, X.indptr[rows], dtype=np.float64)
+        return sq
+    return np.einsum("ij,ij->i", X, X, dtype=np.float64)
+
+
+def _unit_rows(X: sp.spmatrix | np.ndarray) -> tuple[sp.spmatrix | np.ndarray, int]:
+    """``X`` with l2-normalised rows (itself when they already are) and its number of non-zero rows."""
+    sq = _row_sq(X)
+    nonzero = sq > 0
+    if not nonzero.any() or np.abs(np.sqrt(sq[nonzero]) - 1).max() < 1e-3:
+        return X, int(nonzero.sum())
+    inv = np.divide(1.0, np.sqrt(sq), out=np.zeros_like(sq), where=nonzero)
+    if sp.issparse(X):
+        return sp.csr_matrix(sp.diags(inv) @ X), int(nonzero.sum())
+    return X * inv[:, None], int(nonzero.sum())
