@@ -75,7 +75,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         results["xrlinear"] = evaluate(ds.splits[eval_split].Y, predictions["xrlinear"], inv_propensity=inv_prop)
 
     if method == "xtransformer":
-        embed_fn = stages.pretrained_embedder(matcher_cfg, cfg)
+        embed_fn = stages.pretrained_embedder(matcher_cfg, cfg, ds)
         chain, index_key = stages.index(cache, ds, X, cfg, embed_fn)
         t = lap("indexing", t)
         mout, matcher_key = stages.matcher(cache, ds, chain, matcher_cfg, cfg, index_key, loggers)

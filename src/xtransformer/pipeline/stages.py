@@ -20,6 +20,7 @@ from xtransformer.data import XMCDataset
 from xtransformer.encoders import check_model_available, embed_texts, load_encoder
 from xtransformer.indexing import ClusterChain, IndexingConfig, build_index, save_quality_plots
 from xtransformer.matcher import MatcherConfig, MatcherOutputs, topb_recall, train_matcher
+from xtransformer.matcher.train import tiny_corpus
 from xtransformer.pipeline.cache import StageCache
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, LinearRanker, RankerConfig, concat_features
 from xtransformer.ranker.negatives import binarize, negative_mask
@@ -52,15 +53,17 @@ def _features_key(ds: XMCDataset, cfg: DictConfig) -> str:
 
 
 # ------------------------------------------------------------------------------------ indexing
-def pretrained_embedder(mcfg: MatcherConfig | None, cfg: DictConfig) -> EmbedFn | None:
+def pretrained_embedder(mcfg: MatcherConfig | None, cfg: DictConfig, ds: XMCDataset) -> EmbedFn | None:
     """Mean-pooled embeddings from the (not yet fine-tuned) encoder, for text_emb / pifa_neural."""
     if mcfg is None:
         return None
     state: dict[str, Any] = {}
 
     def embed(texts: list[str]) -> np.ndarray:
-        if "model" not in state:
-            state["model"], state["tok"] = load_encoder(mcfg.model_name_or_path, mcfg.cache_dir)
+        if "model" not in state:  # loaded on first use: pifa_tfidf without orphan labels never needs it
+            # a tiny:* model must be the one the matcher fine-tunes (tokenizer trained on train texts)
+            corpus = tiny_corpus(mcfg, {"train": ds.splits["train"].texts})
+            state["model"], state["tok"] = load_encoder(mcfg.model_name_or_path, mcfg.cache_dir, corpus=corpus)
             state["model"].eval()
         return embed_texts(
             state["model"], state["tok"], texts, max_length=mcfg.max_length, batch_size=mcfg.eval_batch_size,

@@ -1,0 +1,101 @@
+"""Matcher settings, mirrored one-to-one by ``configs/matcher/*.yaml``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from xtransformer.encoders import POOLINGS
+
+EMBEDDING_DTYPES = ("float32", "float16")
+
+# Fields that change what training produces (the rest only change inference or bookkeeping).
+_INFERENCE_ONLY = frozenset({
+    "eval_batch_size", "topb", "save_embeddings_dtype", "normalize_embeddings", "inference_precision",
+    "checkpoint_every_n_steps", "keep_checkpoints", "num_workers", "cache_dir", "progress",
+    "val_every_n_steps", "limit_val_batches",
+})
+
+
+class MatcherConfigError(ValueError):
+    """A matcher setting with a bad value (the message names the ``matcher.*`` key)."""
+
+
+@dataclass
+class MatcherConfig:
+    """Fine-tuning of the neural matcher (encoder + K-way linear head, squared hinge loss)."""
+
+    model_name_or_path: str = "minilm"
+    pooling: str = "auto"  # auto | cls | last | mean; auto: by model family
+    max_length: int = 128
+    truncate_chars: int | None = None  # characters kept before tokenising; None: 16 * max_length
+    batch_size: int = 32
+    eval_batch_size: int = 128
+    lr: float = 5e-5
+    head_lr: float | None = None  # None: same as lr
+    weight_decay: float = 0.01
+    adam_eps: float = 1e-8
+    warmup_ratio: float = 0.1
+    max_steps: int = 300  # -1: train by max_epochs
+    max_epochs: int | None = None
+    grad_clip: float | None = 1.0
+    accumulate_grad_batches: int = 1
+    val_every_n_steps: int | None = None  # None: validate at the end of each epoch
+    limit_val_batches: float = 1.0
+    topb: int = 20
+    save_embeddings_dtype: str = "float32"
+    normalize_embeddings: bool = False
+    inference_precision: str | None = None  # None: the trainer's precision
+    checkpoint_every_n_steps: int = 50
+    keep_checkpoints: bool = True
+    num_workers: int = 0
+    cache_dir: str | None = None  # tokenisation / model cache; None: the project cache ($XMC_CACHE_DIR or ./cache)
+    progress: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        def bad(key: str, why: str) -> MatcherConfigError:
+            return MatcherConfigError(f"matcher.{key}={getattr(self, key)!r}: {why}")
+
+        if not str(self.model_name_or_path).strip():
+            raise bad("model_name_or_path", "must name a model or a local folder")
+        if self.pooling not in ("auto",) + POOLINGS:
+            raise bad("pooling", f"expected one of {('auto',) + POOLINGS}")
+        for key in ("max_length", "batch_size", "eval_batch_size", "topb", "accumulate_grad_batches",
+                    "checkpoint_every_n_steps"):
+            if int(getattr(self, key)) < 1:
+                raise bad(key, "must be >= 1")
+        if self.truncate_chars is not None and self.truncate_chars < 1:
+            raise bad("truncate_chars", "must be >= 1 or null")
+        if self.lr <= 0 or (self.head_lr is not None and self.head_lr <= 0):
+            raise bad("lr" if self.lr <= 0 else "head_lr", "must be > 0")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise bad("warmup_ratio", "must be in [0, 1)")
+        if self.weight_decay < 0:
+            raise bad("weight_decay", "must be >= 0")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise bad("max_steps", "must be >= 1, or -1 to train by max_epochs")
+        if self.max_steps == -1 and not self.max_epochs:
+            raise bad("max_epochs", "must be set when matcher.max_steps=-1")
+        if self.save_embeddings_dtype not in EMBEDDING_DTYPES:
+            raise bad("save_embeddings_dtype", f"expected one of {EMBEDDING_DTYPES}")
+        if self.val_every_n_steps is not None and self.val_every_n_steps < 1:
+            raise bad("val_every_n_steps", "must be >= 1 or null")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def training_settings(self) -> dict[str, Any]:
+        """The fields that determine the fine-tuned weights (the checkpoint / model cache key)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _INFERENCE_ONLY}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "MatcherConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise MatcherConfigError(f"unknown matcher config keys {unknown}; known: {sorted(known)}")
+        return cls(**values)

@@ -1,0 +1,353 @@
+"""Tokenised texts with their instance-to-cluster targets, served by a LightningDataModule.
+
+Texts are tokenised once (batched, in Rust) and cached on disk under a key of tokenizer +
+max_length + truncation + texts; they are kept ragged (flat ids + offsets) and padded per batch.
+Targets ``M = binarize(Y · C)`` stay sparse; the collate function densifies only the batch rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import lightning.pytorch as pl
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from xtransformer.encoders import default_cache_dir, default_truncate_chars, texts_fingerprint
+from xtransformer.matcher.config import MatcherConfig
+from xtransformer.utils.io import atomic_path, settings_key
+
+TOKENIZE_CHUNK = 2048  # texts per tokenizer call: big enough for Rust batching, small for progress
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+@dataclass
+class TokenizedTexts:
+    """Ragged token ids: row ``i`` is ``ids[offsets[i]:offsets[i+1]]`` (special tokens included)."""
+
+    ids: np.ndarray  # int32, all rows concatenated
+    offsets: np.ndarray  # int64, N + 1
+    pad_id: int
+    left_pad: bool
+    type_ids: np.ndarray | None = None  # int8 aligned with ids; only kept when some are non-zero (XLNet)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def batch(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
+        """Padded ``input_ids`` / ``attention_mask`` (/ ``token_type_ids``) for ``rows``, vectorised."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts = self.offsets[rows]
+        lengths = self.offsets[rows + 1] - starts
+        width = int(lengths.max()) if len(rows) else 0
+        row_of = np.repeat(np.arange(len(rows)), lengths)
+        within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        src = np.repeat(starts, lengths) + within
+        col = within + (width - lengths)[row_of] if self.left_pad else within
+        input_ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
+        input_ids[row_of, col] = self.ids[src]
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        mask[row_of, col] = 1
+        out = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
+        if self.type_ids is not None:
+            types = np.zeros((len(rows), width), dtype=np.int64)
+            types[row_of, col] = self.type_ids[src]
+            out["token_type_ids"] = torch.from_numpy(types)
+        return out
+
+    def save(self, path: str | os.PathLike) -> None:
+        arrays = {"ids": self.ids, "offsets": self.offsets,
+                  "meta": np.array(json.dumps({"pad_id": self.pad_id, "left_pad": self.left_pad}))}
+        if self.type_ids is not None:
+            arrays["type_ids"] = self.type_ids
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "TokenizedTexts":
+        with np.load(path) as z:
+            meta = json.loads(str(z["meta"]))
+            return cls(ids=z["ids"], offsets=z["offsets"], type_ids=z["type_ids"] if "type_ids" in z else None,
+                       **meta)
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """Identity of a tokenizer's behaviour (vocabulary, rules, padding side)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        state.pop("truncation", None)  # per-call state that the tokenizer call itself changes
+        state.pop("padding", None)
+        body = json.dumps(state, sort_keys=True)
+    else:
+        body = json.dumps(sorted(tokenizer.get_vocab().items()))
+    extra = [type(tokenizer).__name__, tokenizer.padding_side, tokenizer.truncation_side,
+             str(tokenizer.pad_token_id), sorted(tokenizer.model_input_names)]
+    return hashlib.sha256((body + json.dumps(extra)).encode()).hexdigest()
+
+
+def tokenize_texts(
+    tokenizer: Any,
+    texts: Sequence[str],
+    max_length: int = 128,
+    truncate_chars: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> TokenizedTexts:
+    """Tokenise ``texts`` (cut to ``truncate_chars`` characters first, then ``max_length`` tokens).
+
+    With ``cache_dir`` the result is cached in ``cache_dir/tokens/<key>.npz`` (atomic write).
+    """
+    if tokenizer.pad_token_id is None:
+        raise ValueError("the tokenizer has no pad token; batching needs one")
+    limit = truncate_chars if truncate_chars is not None else default_truncate_chars(max_length)
+    cache_file = None
+    if cache_dir is not None:
+        key = settings_key(tokenizer_fingerprint(tokenizer), int(max_length), int(limit), texts_fingerprint(texts))
+        cache_file = Path(cache_dir) / "tokens" / f"{key}.npz"
+        if cache_file.is_file():
+            return TokenizedTexts.load(cache_file)
+    tokens = _tokenize(tokenizer, texts, int(max_length), int(limit), progress)
+    if cache_file is not None:
+        tokens.save(cache_file)
+    return tokens
+
+
+def _tokenize(tokenizer: Any, texts: Sequence[str], max_length: int, limit: int, progress: bool) -> TokenizedTexts:
+    from tqdm.auto import tqdm
+
+    id_chunks: list[list[list[int]]] = []
+    type_chunks: list[list[list[int]]] = []
+    with tqdm(total=len(texts), desc="tokenising", unit="doc", disable=not progress, leave=False) as bar:
+        for start in range(0, len(texts), TOKENIZE_CHUNK):
+            chunk = [t[:limit] for t in texts[start:start + TOKENIZE_CHUNK]]
+            enc = tokenizer(chunk, truncation=True, max_length=max_length, padding=False,
+                            return_attention_mask=False)
+            id_chunks.append(enc["input_ids"])
+            if "token_type_ids" in enc:
+                type_chunks.append(enc["token_type_ids"])
+            bar.update(len(chunk))
+    rows = list(itertools.chain.from_iterable(id_chunks))
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32, count=int(offsets[-1]))
+    type_ids = None
+    if type_chunks:
+        flat = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(type_chunks)),
+                           dtype=np.int8, count=int(offsets[-1]))
+        type_ids = flat if flat.any() else None  # all-zero segments equal the models' default
+    return TokenizedTexts(ids=ids, offsets=offsets, pad_id=int(tokenizer.pad_token_id),
+                          left_pad=tokenizer.padding_side == "left", type_ids=type_ids)
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def instance_cluster_targets(Y: sp.spmatrix, C: sp.spmatrix) -> sp.csr_matrix:
+    """``M = binarize(Y · C)``: ``N x K`` csr float32, 1 where a document has a label in cluster k."""
+    if Y.shape[1] != C.shape[0]:
+        raise ValueError(f"Y has {Y.shape[1]} label columns but C has {C.shape[0]} label rows")
+    M = (sp.csr_matrix(Y) != 0).astype(np.float32) @ (sp.csr_matrix(C) != 0).astype(np.float32)
+    M = sp.csr_matrix(M)
+    M.eliminate_zeros()
+    M.data[:] = 1.0
+    return M
+
+
+# --------------------------------------------------------------------------- batches
+
+
+class _IndexDataset(Dataset):
+    """Item ``i`` is ``i``: the collate function gathers a whole batch at once (vectorised)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+class Collator:
+    """Rows → padded tokens + dense target rows (only the batch is densified). Picklable."""
+
+    def __init__(self, tokens: TokenizedTexts, targets: sp.csr_matrix | None) -> None:
+        self.tokens = tokens
+        self.targets = targets
+
+    def __call__(self, rows: list[int]) -> dict[str, torch.Tensor]:
+        idx = np.asarray(rows, dtype=np.int64)
+        batch = self.tokens.batch(idx)
+        batch["rows"] = torch.from_numpy(idx)
+        if self.targets is not None:
+            batch["targets"] = torch.from_numpy(self.targets[idx].toarray())
+        return batch
+
+
+class EpochSampler(Sampler[int]):
+    """Per-epoch permutation from ``(seed, epoch)``, sharded over ranks, resumable mid-epoch.
+
+    Replaces Lightning's DistributedSampler so a resumed run sees exactly the batches an
+    uninterrupted one would: ``skip`` rows of ``skip_epoch`` are dropped once.
+    Training shards are padded (wrapping around) to equal length on every rank; evaluation ones not.
+    """
+
+    def __init__(self, n: int, shuffle: bool, seed: int, rank: int = 0, world_size: int = 1,
+                 pad: bool = True) -> None:
+        self.n, self.shuffle, self.seed = n, shuffle, seed
+        self.rank, self.world_size, self.pad = rank, world_size, pad
+        self.epoch = 0
+        self.skip_epoch: int | None = None
+        self.skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def resume(self, epoch: int, skip_rows: int) -> None:
+        self.skip_epoch, self.skip = epoch, skip_rows
+
+    def _shard(self) -> np.ndarray:
+        order = (np.random.default_rng([self.seed, self.epoch]).permutation(self.n) if self.shuffle
+                 else np.arange(self.n))
+        if self.pad and self.world_size > 1:
+            total = -(-self.n // self.world_size) * self.world_size
+            order = np.resize(order, total)  # repeats from the start, like DistributedSampler
+        return order[self.rank::self.world_size]
+
+    def __len__(self) -> int:
+        if self.pad:
+            return -(-self.n // self.world_size)
+        return len(range(self.rank, self.n, self.world_size))
+
+    def __iter__(self) -> Iterator[int]:
+        shard = self._shard()
+        if self.skip_epoch == self.epoch and 0 < self.skip < len(shard):
+            shard = shard[self.skip:]
+        self.skip_epoch, self.skip = None, 0
+        return iter(shard.tolist())
+
+
+# --------------------------------------------------------------------------- datamodule
+
+
+class MatcherDataModule(pl.LightningDataModule):
+    """Serves ``{input_ids, attention_mask, targets, rows}`` batches for the matcher.
+
+    ``texts`` / ``Y`` map split names to documents and ``N x L`` label matrices; ``C`` is the
+    ``L x K`` label-to-cluster assignment. ``val_split`` may be ``None`` (no validation).
+    """
+
+    def __init__(
+        self,
+        tokenizer_path: str | os.PathLike,
+        texts: Mapping[str, Sequence[str]],
+        Y: Mapping[str, sp.spmatrix],
+        C: sp.spmatrix,
+        cfg: MatcherConfig,
+        train_split: str = "train",
+        val_split: str | None = "dev",
+    ) -> None:
+        super().__init__()
+        for split in [train_split] + ([val_split] if val_split else []):
+            if split not in texts or split not in Y:
+                raise ValueError(f"split {split!r} needs both texts and Y (have texts: {sorted(texts)}, "
+                                 f"Y: {sorted(Y)})")
+            if len(texts[split]) != Y[split].shape[0]:
+                raise ValueError(f"split {split!r}: {len(texts[split])} texts but Y has {Y[split].shape[0]} rows")
+        self.tokenizer_path = str(tokenizer_path)
+        self.texts = {k: list(v) for k, v in texts.items()}
+        self.Y = {k: sp.csr_matrix(v) for k, v in Y.items()}
+        self.C = sp.csr_matrix(C)
+        self.cfg = cfg
+        self.train_split, self.val_split = train_split, val_split
+        self.cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+        self.tokens: dict[str, TokenizedTexts] = {}
+        self.targets: dict[str, sp.csr_matrix] = {}
+        self._train_sampler: EpochSampler | None = None
+        self._resume: dict[str, int] | None = None
+
+    @property
+    def num_clusters(self) -> int:
+        return self.C.shape[1]
+
+    def load_tokenizer(self) -> Any:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(self.tokenizer_path)
+
+    def prepare_data(self) -> None:
+        """Tokenise every split into the on-disk cache (Lightning runs this on one process)."""
+        if self.tokens:
+            return
+        tokenizer = self.load_tokenizer()
+        for split, texts in self.texts.items():
+            tokenize_texts(tokenizer, texts, self.cfg.max_length, self.cfg.truncate_chars, self.cache_dir,
+                           progress=self.cfg.progress)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.tokens:
+            return
+        tokenizer = self.load_tokenizer()
+        for split, texts in self.texts.items():
+            self.tokens[split] = tokenize_texts(tokenizer, texts, self.cfg.max_length, self.cfg.truncate_chars,
+                                                self.cache_dir, progress=self.cfg.progress)
+        self.targets = {split: instance_cluster_targets(Y, self.C) for split, Y in self.Y.items()}
+
+    def _rank_world(self) -> tuple[int, int]:
+        trainer = getattr(self, "trainer", None)
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def _loader(self, split: str, sampler: EpochSampler, batch_size: int) -> DataLoader:
+        # A private generator: creating a loader iterator otherwise draws from the global torch RNG,
+        # and a resumed run (which creates one more iterator) would get other dropout masks.
+        generator = torch.Generator()
+        generator.manual_seed(self.cfg.seed)
+        return DataLoader(_IndexDataset(len(self.tokens[split])), batch_size=batch_size, sampler=sampler,
+                          collate_fn=Collator(self.tokens[split], self.targets.get(split)), generator=generator,
+                          num_workers=self.cfg.num_workers, persistent_workers=self.cfg.num_workers > 0)
+
+    def train_dataloader(self) -> DataLoader:
+        rank, world = self._rank_world()
+        sampler = EpochSampler(len(self.tokens[self.train_split]), shuffle=True, seed=self.cfg.seed,
+                               rank=rank, world_size=world, pad=True)
+        if self._resume is not None:
+            sampler.resume(self._resume["epoch"], self._resume["batches_done"] * self.cfg.batch_size)
+            self._resume = None
+        self._train_sampler = sampler
+        return self._loader(self.train_split, sampler, self.cfg.batch_size)
+
+    def val_dataloader(self) -> DataLoader | list:
+        if not self.val_split:
+            return []
+        rank, world = self._rank_world()
+        sampler = EpochSampler(len(self.tokens[self.val_split]), shuffle=False, seed=self.cfg.seed,
+                               rank=rank, world_size=world, pad=False)
+        return self._loader(self.val_split, sampler, self.cfg.eval_batch_size)
+
+    # Lightning stores this in every checkpoint: where in the epoch training stood.
+    def state_dict(self) -> dict[str, Any]:
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return {}
+        return {"epoch": int(trainer.current_epoch),
+                "batches_done": int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._resume = dict(state_dict) if state_dict else None
