@@ -1,0 +1,100 @@
+"""Run a set of systems on one problem, interleaving repeats, and render the result."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks import report
+from benchmarks.measure import RunRecord, RunSettings, run_once
+from benchmarks.systems import SystemSetupError, SystemSpec
+from benchmarks.workdata import Problem
+from xtransformer.utils.io import atomic_path, save_json
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def split_available(systems: list[SystemSpec]) -> tuple[list[SystemSpec], dict[str, str]]:
+    """Systems that can run now, and the reason each other one is skipped."""
+    ready, skipped = [], {}
+    for spec in systems:
+        reason = spec.unavailable_reason()
+        if reason is None:
+            ready.append(spec)
+        else:
+            skipped[spec.name] = reason
+            log(f"skipping {spec.name}: {reason}")
+    return ready, skipped
+
+
+def run_systems(problem: Problem, systems: list[SystemSpec], repeats: int, settings: RunSettings,
+                work_root: Path) -> tuple[list[RunRecord], dict[str, str]]:
+    """Run every system ``repeats`` times, interleaved; a failing system never stops the others."""
+    ready, skipped = split_available(systems)
+    records: list[RunRecord] = []
+    for repeat in range(repeats):
+        for spec in list(ready):
+            run_dir = work_root / problem.data_dir.parent.name / "runs" / spec.name / f"r{repeat}"
+            log(f"{problem.name}: {spec.name} repeat {repeat + 1}/{repeats}")
+            try:
+                rec = run_once(spec, problem, run_dir, repeat, settings)
+            except SystemSetupError as exc:
+                skipped[spec.name] = str(exc)
+                ready.remove(spec)
+                log(f"skipping {spec.name}: {exc}")
+                continue
+            records.append(rec)
+            status = "ok" if rec.ok else "FAILED"
+            rss = "?" if rec.peak_rss_mb is None else f"{rec.peak_rss_mb:.0f}"
+            log(f"  {status} in {rec.wall_s:.1f}s, peak RSS {rss} MiB"
+                 + (f"\n{rec.error}" if rec.error else ""))
+    return records, skipped
+
+
+def settings_record(problem: Problem, settings: RunSettings, repeats: int) -> dict[str, Any]:
+    return {"problem": problem.name, "train_split": problem.train_split, "eval_split": problem.eval_split,
+            "threads": settings.threads, "topk": settings.topk, "repeats": repeats,
+            "stop_after": settings.stop_after, "date": report.now()}
+
+
+def benchmark(problem: Problem, systems: list[SystemSpec], repeats: int, settings: RunSettings,
+              work_root: Path, reference: str | None) -> dict[str, Any]:
+    """Run, aggregate and render one problem; returns the JSON-able result (table under ``markdown``)."""
+    records, skipped = run_systems(problem, systems, repeats, settings, work_root)
+    result = {"settings": settings_record(problem, settings, repeats), "machine": report.machine_info(),
+              "commit": report.git_commit(REPO), "problem": problem.info,
+              "runs": [r.as_dict() for r in records], "skipped": skipped}
+    return render(result, reference)
+
+
+def render(result: dict[str, Any], reference: str | None) -> dict[str, Any]:
+    """(Re)compute the summary and Markdown of a result from its raw runs, against ``reference``."""
+    records = [RunRecord(**r) for r in result["runs"]]
+    summary = report.summarize(records, reference)
+    ref = reference if reference in summary else None
+    lines = [report.header(result["problem"], result["settings"], result["machine"], result["commit"]), "",
+             report.markdown_table(summary, ref)]
+    failed = {r.system: _last_line(r.error or "") for r in records if not r.ok}
+    notes = [f"- {name}: skipped ({why.splitlines()[0]})" for name, why in result["skipped"].items()]
+    notes += [f"- {name}: failed ({why}; full log tail in the JSON)" for name, why in failed.items()]
+    if notes:
+        lines += [""] + notes
+    return {**result, "reference": ref, "summary": summary, "markdown": "\n".join(lines) + "\n"}
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else "no output"
+
+
+def write_result(result: dict[str, Any], out_dir: Path, stem: str) -> Path:
+    md = out_dir / f"{stem}.md"
+    with atomic_path(md) as tmp:
+        tmp.write_text(result["markdown"])
+    save_json(result, out_dir / f"{stem}.json")
+    return md

@@ -1,0 +1,172 @@
+"""Our stages as benchmark systems (run with the main environment's python).
+
+Usage (the harness calls it): ``python benchmarks/ours.py --adapter xrlinear --data ... --out ...``.
+Each adapter is a :class:`phases.System`; registering a new stage is one subclass decorated with
+``@adapter("name")`` plus one ``SystemSpec`` line in ``systems.py`` naming the modules it needs.
+The calls into ``xtransformer`` are kept in the few lines of each phase method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+import phases  # benchmarks/ is this script's folder, hence on sys.path
+
+ADAPTERS: dict[str, type[phases.System]] = {}
+
+
+def adapter(name: str) -> Callable[[type[phases.System]], type[phases.System]]:
+    def register(cls: type[phases.System]) -> type[phases.System]:
+        ADAPTERS[name] = cls
+        return cls
+
+    return register
+
+
+@adapter("popular")
+class Popular(phases.System):
+    """Predicts the k most frequent training labels for every document: a sanity floor that
+    needs nothing but numpy, so the harness's own tests can run end to end."""
+
+    def train(self, X: sp.csr_matrix, Y: sp.csr_matrix, model_dir: Path) -> None:
+        self.freq = np.asarray(Y.sum(axis=0)).ravel().astype(np.float32)
+
+    def save(self, model_dir: Path) -> None:
+        np.save(model_dir / "label_freq.npy", self.freq)
+
+    def load(self, model_dir: Path, variant: str) -> None:
+        self.freq = np.load(model_dir / "label_freq.npy")
+
+    def predict(self, X: sp.csr_matrix, k: int, variant: str) -> sp.csr_matrix:
+        k = min(k, len(self.freq))
+        top = np.argsort(-self.freq, kind="stable")[:k]
+        n = X.shape[0]
+        indptr = np.arange(n + 1, dtype=np.int64) * k
+        return phases.topk_csr(np.tile(top, n), np.tile(self.freq[top], n), indptr, len(self.freq))
+
+
+class _Ours(phases.System):
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        import torch
+
+        torch.set_num_threads(self.threads)  # our code may use torch kernels; match the peers
+
+    def extra_info(self) -> dict:
+        import xtransformer
+
+        return {"library": "xtransformer", "version": xtransformer.__version__, "settings": type(self).__doc__}
+
+
+@adapter("indexing")
+class OursIndexing(_Ours):
+    """PIFA (pifa_tfidf) + hierarchical balanced k-means with IndexingConfig defaults; index only."""
+
+    has_index = True
+    has_train = False
+
+    def index(self, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
+        # build_index would also compute cluster-quality diagnostics; time only the tree itself.
+        from xtransformer.indexing import IndexingConfig, hierarchical_kmeans, label_representation
+
+        cfg = IndexingConfig(seed=self.seed, threads=self.threads)
+        Z, _ = label_representation(cfg.name, Y, X, normalize_y_rows=cfg.normalize_y_rows,
+                                    orphan_fallback=cfg.orphan_fallback, seed=cfg.seed)
+        self.chain = hierarchical_kmeans(Z, n_clusters=cfg.n_clusters, max_leaf_size=cfg.max_leaf_size,
+                                         branching=cfg.branching, max_iter=cfg.max_iter, seed=cfg.seed,
+                                         threads=cfg.threads)
+
+
+@adapter("xrlinear")
+class OursXRLinear(OursIndexing):
+    """Our indexing, then HierarchicalLinear (XR-Linear) with HierarchicalLinearConfig defaults."""
+
+    has_train = True
+
+    def train(self, X: sp.csr_matrix, Y: sp.csr_matrix, model_dir: Path) -> None:
+        from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
+
+        cfg = HierarchicalLinearConfig(threads=self.threads)
+        self.model = HierarchicalLinear.train(X, Y, list(self.chain), cfg)
+
+    def save(self, model_dir: Path) -> None:
+        self.model.save(model_dir)
+        del self.model  # predict from disk, like the peers
+
+    def load(self, model_dir: Path, variant: str) -> None:
+        from xtransformer.ranker import HierarchicalLinear
+
+        self.model = HierarchicalLinear.load(model_dir)
+
+    def predict(self, X: sp.csr_matrix, k: int, variant: str) -> sp.csr_matrix:
+        return self.model.predict(X, topk=k)
+
+
+@adapter("pipeline")
+class OursPipeline(_Ours):
+    """The whole method (xtransformer.pipeline.run, method=xtransformer, its default Hydra config,
+    baseline and stage cache off). It reads the text dataset itself, so it needs a real dataset.
+    Phases are the pipeline's own laps: index = indexing, train = matcher + ranker; the matcher
+    encodes the eval split during its stage, so prediction throughput is not reported."""
+
+    times_prediction = False
+    model_in_dir = False  # its stage artifacts go to the pipeline's own cache folders
+    CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+    def prepare(self, data_dir: Path, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
+        source = phases.load_problem(data_dir)["info"]["source"]
+        if "dataset" not in source:
+            raise phases.PhaseError("ours-pipeline needs a text dataset (--dataset), not a synthetic problem")
+        name, root = source["dataset"], source["root"]
+        preset = self.CONFIGS / "data" / f"{name}.yaml"
+        self.data_overrides = [f"data={preset.stem}"] if preset.is_file() else ["data=custom", f"data.path={root}", f"data.name={name}"]
+        if source.get("max_docs"):
+            self.data_overrides.append(f"data.max_docs={source['max_docs']}")
+
+    def train(self, X: sp.csr_matrix, Y: sp.csr_matrix, model_dir: Path) -> None:
+        from hydra import compose, initialize_config_dir
+
+        from xtransformer.pipeline.run import run
+
+        overrides = [*self.data_overrides, "method=xtransformer", "baseline=false", "cache=false", "logger=none",
+                     f"seed={self.seed}", f"paths.output_dir={model_dir}", *self.args.override]
+        with initialize_config_dir(config_dir=str(self.CONFIGS), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=overrides)
+        self.metrics = run(cfg)
+        self.n_labels = Y.shape[1]
+        self.model_dir = model_dir
+
+    def reported_seconds(self) -> dict[str, float]:
+        laps = self.metrics["timings_s"]
+        return {"index": laps["indexing"], "train": laps["matcher"] + laps["ranker_train"], "save": 0.0,
+                "pipeline_total": laps["total"]}
+
+    def predict(self, X: sp.csr_matrix, k: int, variant: str) -> sp.csr_matrix:
+        pred = sp.load_npz(self.model_dir / "predictions" / f"{self.args.eval_split}.npz").tocsr()
+        if pred.shape != (X.shape[0], self.n_labels):
+            raise phases.PhaseError(f"pipeline predictions have shape {pred.shape}, the benchmark's eval split "
+                                    f"{(X.shape[0], self.n_labels)}: its data settings differ from the benchmark's")
+        return pred
+
+    def extra_info(self) -> dict:
+        return {**super().extra_info(), "pipeline_timings_s": self.metrics["timings_s"],
+                "pipeline_metrics": self.metrics["metrics"], "overrides": self.args.override}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = [("--adapter", {"required": True, "choices": sorted(ADAPTERS)}),
+             ("--override", {"action": "append", "default": [],
+                             "help": "Hydra override for the pipeline adapter (repeatable)"})]
+    args = phases.parse_args(argv, extra)
+    phases.run(ADAPTERS[args.adapter](args), args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Benchmark our XMC stages against libpecos, napkinXC and omikuji on the same TF-IDF.
+
+Examples (from the repository root):
+  python benchmarks/run.py --dataset reuters21578 --repeats 3
+  python benchmarks/run.py --dataset eurlex57k --systems pecos,napkinxc,omikuji --repeats 1
+  python benchmarks/run.py --synthetic 100000x100000 --systems pecos,ours-xrlinear --repeats 1
+  python benchmarks/run.py --scaling            # growth curves vs L and N, writes a PNG
+
+Each system runs in its own subprocess (peers in their own virtual environment under
+benchmarks/.venvs, created on demand); repeats are interleaved across systems so that machine
+noise hits all of them alike. Results: one Markdown table printed and written to
+<out>/<problem>.md, with the full record in <out>/<problem>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Sequence
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness import benchmark, log, render, write_result  # noqa: E402
+from benchmarks.measure import RunSettings  # noqa: E402
+from benchmarks.phases import STAGES  # noqa: E402
+from benchmarks.scaling import run_scaling  # noqa: E402
+from benchmarks.synthetic import SyntheticError, SyntheticSpec  # noqa: E402
+from benchmarks.systems import REGISTRY, get_systems  # noqa: E402
+from benchmarks.workdata import prepare_dataset, prepare_synthetic  # noqa: E402
+from xtransformer.utils.io import load_json  # noqa: E402
+
+BENCH_DIR = Path(__file__).resolve().parent
+DEFAULT_SYSTEMS = "pecos,napkinxc,omikuji,ours-indexing,ours-xrlinear"
+SCALING_SYSTEMS = "pecos,ours-indexing,ours-xrlinear"
+
+
+class BenchmarkArgError(ValueError):
+    """A command-line value the benchmark cannot use."""
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise BenchmarkArgError(f"{flag}: expected comma-separated integers, got {text!r}") from exc
+    if not values or min(values) < 1:
+        raise BenchmarkArgError(f"{flag}: expected positive integers, got {text!r}")
+    return values
+
+
+def parse_synthetic(text: str) -> tuple[int, int]:
+    """``"100000x50000"`` -> (documents, labels)."""
+    parts = text.lower().replace(",", "").split("x")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise BenchmarkArgError(f"--synthetic: expected NDOCSxNLABELS such as 20000x5000, got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--dataset", help="dataset name or folder in the standard layout (see xtransformer.data)")
+    what.add_argument("--synthetic", metavar="NxL", help="synthetic problem with N train docs and L labels")
+    what.add_argument("--scaling", action="store_true", help="growth curves on synthetic problems (PNG)")
+    what.add_argument("--rerender", type=Path, metavar="JSON",
+                      help="rebuild the table of a saved result (e.g. with another --reference)")
+    p.add_argument("--systems", default=None,
+                   help=f"comma list or 'all' (known: {', '.join(REGISTRY)}); default {DEFAULT_SYSTEMS} "
+                        f"({SCALING_SYSTEMS} with --scaling)")
+    p.add_argument("--repeats", type=int, default=None, help="default 3 (1 with --scaling)")
+    p.add_argument("--reference", default="pecos", help="row that ratios are taken against")
+    p.add_argument("--topk", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--stop-after", choices=STAGES, default="predict",
+                   help="last phase to run: index, train or predict (e.g. train for scaling runs)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per system run")
+    p.add_argument("--out", type=Path, default=BENCH_DIR / "results")
+    p.add_argument("--work", type=Path, default=BENCH_DIR / "work", help="inputs, predictions, logs")
+    p.add_argument("--eval-split", default=None, help="default: the dataset's (test if present, else dev)")
+    p.add_argument("--max-docs", type=int, default=None, help="first N docs of each split (quick runs)")
+    p.add_argument("--rebuild-data", action="store_true")
+    p.add_argument("--keep-models", action="store_true")
+    p.add_argument("--pipeline-override", action="append", default=[], metavar="KEY=VALUE",
+                   help="Hydra override for ours-pipeline (repeatable), e.g. matcher=tiny_bert")
+    p.add_argument("--tag", default="", help="suffix of the result files: <out>/<problem>-<tag>.md/.json")
+    syn = p.add_argument_group("synthetic problems")
+    syn.add_argument("--n-test", type=int, default=2000)
+    syn.add_argument("--n-features", type=int, default=50_000)
+    syn.add_argument("--seed", type=int, default=0)
+    syn.add_argument("--scale-labels", default="1000,4000,16000,64000", help="L values at --fixed-docs")
+    syn.add_argument("--scale-docs", default="5000,10000,20000,40000", help="N values at --fixed-labels")
+    syn.add_argument("--fixed-docs", type=int, default=20_000)
+    syn.add_argument("--fixed-labels", type=int, default=4_000)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    if (args.repeats is not None and args.repeats < 1) or args.topk < 1 or args.threads < 1:
+        raise BenchmarkArgError("--repeats, --topk and --threads must be >= 1")
+    if args.rerender:
+        result = render(load_json(args.rerender), args.reference)
+        write_result(result, args.rerender.parent, args.rerender.stem)
+        print(result["markdown"])
+        return result
+    systems = get_systems(args.systems or (SCALING_SYSTEMS if args.scaling else DEFAULT_SYSTEMS))
+    settings = RunSettings(topk=args.topk, threads=args.threads, stop_after=args.stop_after,
+                           timeout_s=args.timeout, keep_models=args.keep_models,
+                           extra_args={"ours-pipeline": [f"--override={o}" for o in args.pipeline_override]})
+    base = SyntheticSpec(n_test=args.n_test, n_features=args.n_features, seed=args.seed)
+    try:
+        if args.scaling:
+            return run_scaling(base, systems, args.repeats or 1, settings, args.work, args.out, args.reference,
+                               labels=_int_list(args.scale_labels, "--scale-labels"),
+                               docs=_int_list(args.scale_docs, "--scale-docs"),
+                               fixed_docs=args.fixed_docs, fixed_labels=args.fixed_labels)
+        if args.synthetic:
+            n_docs, n_labels = parse_synthetic(args.synthetic)
+            problem = prepare_synthetic(replace(base, n_train=n_docs, n_labels=n_labels), args.work,
+                                        args.rebuild_data)
+        else:
+            problem = prepare_dataset(args.dataset, args.work, args.eval_split, args.max_docs, args.rebuild_data)
+    except SyntheticError as exc:
+        raise BenchmarkArgError(str(exc)) from exc
+    result = benchmark(problem, systems, args.repeats or 3, settings, args.work, args.reference)
+    md = write_result(result, args.out, f"{problem.name}-{args.tag}" if args.tag else problem.name)
+    print(result["markdown"])
+    log(f"wrote {md} and {md.with_suffix('.json')}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

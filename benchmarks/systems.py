@@ -1,0 +1,105 @@
+"""Registry of benchmarked systems: which script runs them, with which interpreter.
+
+A system is a script following the ``benchmarks/phases.py`` protocol. Peers run with the python
+of their own virtual environment (created on demand by ``peers/setup_venvs.sh``); ours run with
+this interpreter and are skipped, with the reason, while a module they need is not importable.
+Adding a system is one ``SystemSpec`` entry here (plus, for ours, an adapter in ``ours.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+PEERS_DIR = BENCH_DIR / "peers"
+SETUP_SCRIPT = PEERS_DIR / "setup_venvs.sh"
+
+
+class SystemSetupError(ValueError):
+    """Unknown system name, or a peer environment that could not be created."""
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    name: str
+    description: str
+    script: Path
+    venv: str | None = None  # peer venv name under benchmarks/.venvs; None: this interpreter
+    args: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()  # "module:attribute" needed in our env (ours only)
+    needs_xc_text: bool = False  # trains from an XC text file of the train split
+
+    @property
+    def is_peer(self) -> bool:
+        return self.venv is not None
+
+    def unavailable_reason(self) -> str | None:
+        """Why this system cannot run now (a missing module of ours), or None."""
+        for req in self.requires:
+            module, _, attr = req.partition(":")
+            try:
+                mod = importlib.import_module(module)
+            except ImportError as exc:
+                return f"{module} is not importable yet ({exc})"
+            if attr and not hasattr(mod, attr):
+                return f"{module} has no {attr} yet"
+        return None
+
+    def python(self) -> str:
+        """The interpreter to run the script with; creates a peer's venv if it is missing."""
+        if self.venv is None:
+            return sys.executable
+        proc = subprocess.run(["bash", str(SETUP_SCRIPT), self.venv], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemSetupError(
+                f"could not create the {self.venv!r} environment with {SETUP_SCRIPT}:\n{proc.stderr[-2000:]}"
+            )
+        return proc.stdout.strip().splitlines()[-1]
+
+    def argv(self) -> list[str]:
+        return [self.python(), str(self.script), *self.args]
+
+
+def _peer(name: str, description: str, **kw: object) -> SystemSpec:
+    return SystemSpec(name, description, PEERS_DIR / f"{name}_runner.py", venv=name, **kw)  # type: ignore[arg-type]
+
+
+def _ours(name: str, description: str, requires: tuple[str, ...]) -> SystemSpec:
+    adapter = name.removeprefix("ours-")
+    return SystemSpec(name, description, BENCH_DIR / "ours.py", args=("--adapter", adapter), requires=requires)
+
+
+REGISTRY: dict[str, SystemSpec] = {
+    s.name: s
+    for s in (
+        _peer("pecos", "libpecos XLinearModel, PIFA + HierarchicalKMeans, defaults, C++ predict path"),
+        _peer("napkinxc", "napkinXC PLT, defaults; exact (default) and beam search"),
+        _peer("omikuji", "omikuji, Parabel-like defaults (3 trees)", needs_xc_text=True),
+        SystemSpec("popular", "k most frequent training labels for every document (sanity floor)",
+                   BENCH_DIR / "ours.py", args=("--adapter", "popular")),
+        _ours("ours-indexing", "xtransformer PIFA + hierarchical balanced k-means (index phase only)",
+              ("xtransformer.indexing:hierarchical_kmeans", "xtransformer.indexing:label_representation",
+               "xtransformer.indexing:IndexingConfig")),
+        _ours("ours-xrlinear", "xtransformer XR-Linear: our indexing + HierarchicalLinear ranker",
+              ("xtransformer.indexing:hierarchical_kmeans", "xtransformer.indexing:label_representation",
+               "xtransformer.ranker:HierarchicalLinear", "xtransformer.ranker:HierarchicalLinearConfig")),
+        _ours("ours-pipeline", "xtransformer full pipeline (matcher + ranker), default config; text datasets only",
+              ("xtransformer.pipeline.run:run", "hydra:compose")),
+    )
+}
+
+
+def get_systems(names: str | list[str]) -> list[SystemSpec]:
+    """Look up a comma-separated list (or list) of system names; ``all`` means every one."""
+    items = names.split(",") if isinstance(names, str) else list(names)
+    items = [n.strip() for n in items if n.strip()]
+    if items == ["all"]:
+        return list(REGISTRY.values())
+    unknown = [n for n in items if n not in REGISTRY]
+    if unknown or not items:
+        raise SystemSetupError(f"--systems: unknown {unknown or '(empty)'}; known: {', '.join(REGISTRY)}")
+    return [REGISTRY[n] for n in items]

@@ -1,0 +1,107 @@
+"""Benchmark inputs: one TF-IDF build per problem, written as CSR ``.npz`` for every system.
+
+A problem is a real dataset (``xtransformer.data.load_dataset`` + ``tfidf_features``) or a
+synthetic one (``benchmarks.synthetic``). Its folder ``<work>/<problem>/data`` holds
+``X.<split>.npz`` / ``Y.<split>.npz`` and ``problem.json``; it is built once (atomically, with a
+completion marker) and reused by every system and repeat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import scipy.sparse as sp
+
+from benchmarks.phases import PROBLEM_FILE, xc_text_file
+from benchmarks.synthetic import SyntheticSpec, generate
+from xtransformer.utils.io import atomic_dir, is_complete, load_csr, load_json, save_csr, save_json
+
+@dataclass(frozen=True)
+class Problem:
+    """A prepared benchmark problem: where its matrices are and what they hold."""
+
+    name: str
+    data_dir: Path
+    train_split: str
+    eval_split: str
+    info: dict[str, Any]
+
+    def Y(self, split: str) -> sp.csr_matrix:
+        return load_csr(self.data_dir / f"Y.{split}.npz")
+
+    def X(self, split: str) -> sp.csr_matrix:
+        return load_csr(self.data_dir / f"X.{split}.npz")
+
+    def ensure_xc_text(self, split: str) -> Path:
+        """The split in XC text format (omikuji trains only from such a file); written once."""
+        from xtransformer.data import write_xc_sparse
+
+        path = self.data_dir / xc_text_file(split)
+        if not path.is_file():
+            write_xc_sparse(self.X(split), self.Y(split), path)
+        return path
+
+
+def _shape_info(mats: dict[str, tuple[sp.csr_matrix, sp.csr_matrix]]) -> dict[str, Any]:
+    X_tr, Y_tr = mats["train"]
+    return {
+        "n_features": int(X_tr.shape[1]),
+        "n_labels": int(Y_tr.shape[1]),
+        "labels_in_train": int((Y_tr.getnnz(axis=0) > 0).sum()),
+        "splits": {
+            s: {"docs": int(X.shape[0]), "x_nnz_per_doc": round(X.nnz / max(X.shape[0], 1), 2),
+                "labels_per_doc": round(Y.nnz / max(Y.shape[0], 1), 3)}
+            for s, (X, Y) in mats.items()
+        },
+    }
+
+
+def _write(folder: Path, name: str, train_split: str, eval_split: str,
+           mats: dict[str, tuple[sp.csr_matrix, sp.csr_matrix]], source: dict[str, Any]) -> Problem:
+    info = {"source": source, **_shape_info(mats)}
+    with atomic_dir(folder) as tmp:
+        for split, (X, Y) in mats.items():
+            save_csr(X, tmp / f"X.{split}.npz")
+            save_csr(Y, tmp / f"Y.{split}.npz")
+        save_json({"name": name, "train_split": train_split, "eval_split": eval_split, "info": info},
+                  tmp / PROBLEM_FILE)
+    return _read(folder)
+
+
+def _read(folder: Path) -> Problem:
+    meta = load_json(folder / PROBLEM_FILE)
+    return Problem(meta["name"], folder, meta["train_split"], meta["eval_split"], meta["info"])
+
+
+def prepare_dataset(name: str, work_root: Path, eval_split: str | None = None,
+                    max_docs: int | None = None, rebuild: bool = False) -> Problem:
+    """Load ``name`` with the data layer, build its TF-IDF once, write the npz pairs."""
+    suffix = f"-max{max_docs}" if max_docs else ""
+    folder = work_root.resolve() / f"{Path(name).name}{suffix}" / "data"
+    if is_complete(folder) and not rebuild:
+        problem = _read(folder)
+        if eval_split in (None, problem.eval_split):
+            return problem
+    from xtransformer.data import load_dataset, tfidf_features
+
+    ds = load_dataset(name, max_docs=max_docs, **({"eval_split": eval_split} if eval_split else {}))
+    X = tfidf_features(ds)
+    mats = {split: (X[split], ds.splits[split].Y) for split in ds.splits}
+    source = {"dataset": ds.name, "root": str(ds.root), "source_key": ds.source_key,
+              "dev_carved_from_train": ds.dev_carved_from_train, "max_docs": max_docs,
+              "tfidf": "xtransformer TfidfConfig defaults"}
+    return _write(folder, ds.name + suffix, "train", ds.eval_split, mats, source)
+
+
+def prepare_synthetic(spec: SyntheticSpec, work_root: Path, rebuild: bool = False) -> Problem:
+    """Generate the synthetic problem of ``spec`` (train/test) unless already on disk."""
+    folder = work_root.resolve() / spec.tag / "data"
+    if is_complete(folder) and not rebuild:
+        problem = _read(folder)
+        if problem.info["source"].get("synthetic") == spec.as_dict():
+            return problem
+    mats = generate(spec)
+    return _write(folder, spec.tag, "train", "test", mats, {"synthetic": spec.as_dict()})
+
