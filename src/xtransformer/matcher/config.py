@@ -11,7 +11,7 @@ EMBEDDING_DTYPES = ("float32", "float16")
 
 # Fields that change what training produces (the rest only change inference or bookkeeping).
 _INFERENCE_ONLY = frozenset({
-    "eval_batch_size", "topb", "save_embeddings_dtype", "normalize_embeddings", "inference_precision",
+    "name", "eval_batch_size", "topb", "save_embeddings_dtype", "normalize_embeddings", "inference_precision",
     "checkpoint_every_n_steps", "keep_checkpoints", "num_workers", "cache_dir", "progress",
     "val_every_n_steps", "limit_val_batches",
 })
@@ -25,6 +25,7 @@ class MatcherConfigError(ValueError):
 class MatcherConfig:
     """Fine-tuning of the neural matcher (encoder + K-way linear head, squared hinge loss)."""
 
+    name: str = "custom"  # display name of the config option (runs, W&B, tables); not a setting
     model_name_or_path: str = "minilm"
     pooling: str = "auto"  # auto | cls | last | mean; auto: by model family
     max_length: int = 128

@@ -35,13 +35,8 @@ def _plain(node: DictConfig | dict) -> dict[str, Any]:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
 
 
-def _without_name(node: DictConfig | dict) -> dict[str, Any]:
-    """A config group node minus ``name`` (the option's display name, not a setting)."""
-    return {k: v for k, v in _plain(node).items() if k != "name"}
-
-
 def matcher_config(node: DictConfig) -> MatcherConfig:
-    return MatcherConfig.from_dict(_without_name(node))
+    return MatcherConfig.from_dict(_plain(node))
 
 
 def check_model(mcfg: MatcherConfig) -> None:
@@ -79,7 +74,7 @@ def index(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], cfg: D
     icfg = IndexingConfig.from_mapping(_plain(cfg.indexing))
     encoder = None
     if embed_fn is not None:  # neural representations, and the text-neighbour fallback of orphan labels
-        m = _without_name(cfg.matcher)
+        m = _plain(cfg.matcher)
         encoder = {k: m.get(k) for k in ("model_name_or_path", "max_length", "truncate_chars")}
     key = settings_key("index", _features_key(ds, cfg), dataclasses.asdict(icfg) | {"threads": None}, encoder)
 
@@ -131,7 +126,7 @@ def matcher(cache: StageCache, ds: XMCDataset, chain: ClusterChain, mcfg: Matche
 
 # ------------------------------------------------------------------------------------ ranker
 def _ranker_config(cfg: DictConfig) -> RankerConfig:
-    return RankerConfig(**_without_name(cfg.ranker))
+    return RankerConfig(**_plain(cfg.ranker))
 
 
 def ranker_features(rcfg: RankerConfig, X: sp.csr_matrix, emb: np.ndarray | None) -> sp.csr_matrix:
@@ -143,7 +138,7 @@ def ranker_features(rcfg: RankerConfig, X: sp.csr_matrix, emb: np.ndarray | None
 def ranker(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], mout: MatcherOutputs,
            chain: ClusterChain, cfg: DictConfig, matcher_key: str) -> LinearRanker:
     rcfg = _ranker_config(cfg)
-    train_settings = {k: v for k, v in dataclasses.asdict(rcfg).items() if k not in ("post_processor", "beam_size", "topk", "threads")}
+    train_settings = {k: v for k, v in dataclasses.asdict(rcfg).items() if k not in ("name", "post_processor", "beam_size", "topk", "threads")}
     uses_matcher = rcfg.features != "tfidf" or "man" in rcfg.negatives
     key = settings_key("ranker", matcher_key if uses_matcher else None, _features_key(ds, cfg), train_settings,
                        _plain(cfg.indexing) if not uses_matcher else None)
@@ -172,7 +167,7 @@ def xrlinear(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], cfg
     """The TF-IDF-only hierarchical linear model on its own PIFA tree (PECOS XR-Linear's recipe)."""
     xcfg = HierarchicalLinearConfig(**_plain(cfg.xrlinear.model))
     icfg = IndexingConfig.from_mapping(_plain(cfg.xrlinear.indexing))
-    train_settings = {k: v for k, v in dataclasses.asdict(xcfg).items() if k not in ("beam_size", "topk", "threads", "post_processor")}
+    train_settings = {k: v for k, v in dataclasses.asdict(xcfg).items() if k not in ("name", "beam_size", "topk", "threads", "post_processor")}
     nr_splits = int(cfg.xrlinear.nr_splits)
     key = settings_key("xrlinear", _features_key(ds, cfg), train_settings, dataclasses.asdict(icfg) | {"threads": None}, nr_splits)
 

@@ -1,0 +1,35 @@
+"""Linear rankers: negatives (TFN/MAN), batched OVA solver, XR-Linear, post-processors."""
+
+from xtransformer.ranker.api import ranker_features, train_ranker
+from xtransformer.ranker.config import HierarchicalLinearConfig, RankerConfig
+from xtransformer.ranker.errors import RankerError
+from xtransformer.ranker.features import concat_features
+from xtransformer.ranker.hierarchical import HierarchicalLinear, level_targets
+from xtransformer.ranker.linear import LinearLevel, LinearRanker
+from xtransformer.ranker.negatives import SCHEMES, binarize, negative_mask, tfn_mask
+from xtransformer.ranker.postprocess import POST_PROCESSORS, PostProcessor, combine_scores, get_post_processor
+from xtransformer.ranker.solver import SolverParams
+from xtransformer.ranker.topk import topk_csr
+
+__all__ = [
+    "HierarchicalLinear",
+    "HierarchicalLinearConfig",
+    "LinearLevel",
+    "LinearRanker",
+    "POST_PROCESSORS",
+    "PostProcessor",
+    "RankerConfig",
+    "RankerError",
+    "SCHEMES",
+    "SolverParams",
+    "binarize",
+    "combine_scores",
+    "concat_features",
+    "get_post_processor",
+    "level_targets",
+    "negative_mask",
+    "ranker_features",
+    "tfn_mask",
+    "topk_csr",
+    "train_ranker",
+]

@@ -1,0 +1,183 @@
+"""Turn one level's training data into solver blocks (see ``solver.py``).
+
+Labels are grouped into *tasks*: the labels of one cluster share one training set of instances
+(its rows of the negative mask). Tasks are packed into blocks of bounded size; a block's matrix
+is the block-diagonal stack of each task's rows restricted to the features that occur in them
+(plus the bias column), so the solver's weight tensors hold no column that is always zero.
+Everything here is vectorised over tasks, rows and nonzeros.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+import scipy.sparse as sp
+
+from xtransformer.ranker.negatives import binarize
+
+MAX_KEY_SPACE = 1 << 23  # tasks x features per block: bounds the compaction scratch (64 MiB of int64)
+
+
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + n)`` for every pair, without a Python loop."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    return np.repeat(np.asarray(starts, dtype=np.int64) - offsets, lengths) + np.arange(total, dtype=np.int64)
+
+
+def with_bias(X: sp.csr_matrix, bias: float) -> sp.csr_matrix:
+    """``[X | bias]`` (csr float32); ``X`` itself when ``bias <= 0``."""
+    if bias <= 0:
+        return X
+    n = X.shape[0]
+    col = sp.csr_matrix(
+        (np.full(n, bias, dtype=np.float32), np.zeros(n, dtype=np.int32), np.arange(n + 1, dtype=np.int64)),
+        shape=(n, 1),
+    )
+    out = sp.hstack([X, col], format="csr", dtype=np.float32)
+    out.has_sorted_indices = True  # the bias column comes last in every row
+    return out
+
+
+@dataclass
+class TaskGroups:
+    """Labels grouped by identical training rows; CSR-like lists per group."""
+
+    label_ptr: np.ndarray  # G + 1
+    labels: np.ndarray  # labels of group g: labels[label_ptr[g]:label_ptr[g + 1]] (slot order)
+    row_ptr: np.ndarray  # G + 1
+    rows: np.ndarray  # training rows of group g, sorted
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.label_ptr) - 1
+
+    @property
+    def n_labels(self) -> np.ndarray:
+        return np.diff(self.label_ptr)
+
+    @property
+    def n_rows(self) -> np.ndarray:
+        return np.diff(self.row_ptr)
+
+
+def make_groups(C: sp.csr_matrix, M: sp.csr_matrix) -> TaskGroups:
+    """Groups of labels (rows of ``C``, ``L x K``) that share a training set under mask ``M`` (``N x K``).
+
+    In a hard tree a group is a cluster. A label in several clusters trains on the union of their
+    rows; labels with the same set of clusters form one group.
+    """
+    C = binarize(C)
+    if np.all(np.diff(C.indptr) == 1):
+        A, Mg = C, binarize(M)
+    else:
+        # one group per distinct set of clusters: hash each row pattern with random weights
+        weights = np.random.default_rng(0).random(C.shape[1]) + 0.5
+        _, group = np.unique(np.round(C @ weights, 9), return_inverse=True)
+        A = sp.csr_matrix(
+            (np.ones(C.shape[0], np.float32), group.astype(np.int64), np.arange(C.shape[0] + 1)),
+            shape=(C.shape[0], int(group.max()) + 1),
+        )
+        Mg = binarize(binarize(M) @ binarize(C.T @ A))
+    A = A.tocsc()
+    A.sort_indices()
+    Mg = Mg.tocsc()
+    Mg.sort_indices()
+    return TaskGroups(A.indptr.astype(np.int64), A.indices.astype(np.int64), Mg.indptr.astype(np.int64), Mg.indices.astype(np.int64))
+
+
+def plan_batches(groups: TaskGroups, row_nnz: np.ndarray, n_cols: int, min_nnz: int) -> list[np.ndarray]:
+    """Pack the trainable groups into lists of group ids, each list one solver block.
+
+    Groups are ordered by label count (a block then pads few label slots) and packed until a block
+    holds ``min_nnz`` nonzeros of X: a large group gets a block of its own, small ones share one
+    (a block's fixed per-iteration overhead is then amortised over several clusters).
+    """
+    live = np.flatnonzero((groups.n_labels > 0) & (groups.n_rows > 0))
+    if live.size == 0:
+        return []
+    nnz_cum = np.concatenate([[0], np.cumsum(row_nnz[groups.rows] + 1, dtype=np.int64)])
+    group_nnz = nnz_cum[groups.row_ptr[1:]] - nnz_cum[groups.row_ptr[:-1]]
+    order = live[np.argsort(groups.n_labels[live], kind="stable")]
+    max_tasks = max(1, MAX_KEY_SPACE // max(n_cols, 1))
+    batches, start, acc = [], 0, 0
+    for i, g in enumerate(order):  # loop over clusters (not labels) to cut the sequence
+        if i > start and (acc >= min_nnz or i - start >= max_tasks):
+            batches.append(order[start:i])
+            start, acc = i, 0
+        acc += int(group_nnz[g])
+    batches.append(order[start:])
+    return batches
+
+
+@dataclass
+class BlockData:
+    """A block in scipy/numpy form plus the maps back to global feature and label ids."""
+
+    X: sp.csr_matrix  # R x Fb, block-diagonal over tasks
+    row_len: np.ndarray  # T
+    col_len: np.ndarray  # T
+    col_feature: np.ndarray  # Fb, global feature id (the bias column is id F)
+    slot_label: np.ndarray  # T x n, global label id or -1 for padding
+    Y: np.ndarray  # R x n, +1 / -1
+    cost: np.ndarray  # R x n
+
+    @property
+    def col_task(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.col_len)), self.col_len)
+
+
+def build_block(
+    X: sp.csr_matrix, Y: sp.csr_matrix, groups: TaskGroups, batch: np.ndarray, Cp: float, Cn: float, bias: float
+) -> BlockData:
+    """The block of groups ``batch`` from features ``X`` (plus the bias column) and targets ``Y``."""
+    T = len(batch)
+    row_len = groups.n_rows[batch]
+    rows = groups.rows[ranges(groups.row_ptr[batch], row_len)]
+    row_task = np.repeat(np.arange(T), row_len)
+    Xr = with_bias(X[rows], bias)  # bias on the gathered rows only: no copy of the whole X
+    F1 = Xr.shape[1]
+    # compact columns per task: key = task * F1 + feature, renumbered in sorted order
+    key_dtype = np.int32 if T * F1 < 2**31 else np.int64
+    key = np.repeat(row_task.astype(key_dtype) * key_dtype(F1), np.diff(Xr.indptr)) + Xr.indices.astype(key_dtype, copy=False)
+    count = np.bincount(key, minlength=T * F1)
+    present = np.flatnonzero(count)
+    # within each task, frequent features first: the hot rows of the solver's dense weight
+    # tensors then share cache lines (about 1.7x faster sparse products than alphabetical order)
+    present = present[np.lexsort((-count[present], present // F1))]
+    new_id = np.zeros(T * F1, dtype=np.int32)
+    new_id[present] = np.arange(len(present), dtype=np.int32)
+    Xb = sp.csr_matrix((Xr.data, new_id[key], Xr.indptr), shape=(len(rows), len(present)))
+    Xb.sort_indices()
+    col_len = np.bincount(present // F1, minlength=T)
+    n_lab = groups.n_labels[batch]
+    n = int(n_lab.max())
+    slot_label = np.full((T, n), -1, dtype=np.int64)
+    slot_label[np.repeat(np.arange(T), n_lab), ranges(np.zeros(T), n_lab)] = groups.labels[ranges(groups.label_ptr[batch], n_lab)]
+    Yd, cost = _targets(Y[rows], row_task, slot_label, Cp, Cn)
+    return BlockData(Xb, row_len, col_len, (present % F1).astype(np.int64), slot_label, Yd, cost)
+
+
+def _targets(
+    Yr: sp.csr_matrix, row_task: np.ndarray, slot_label: np.ndarray, Cp: float, Cn: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Dense +1/-1 targets and costs (``R x n``) of a block; padding slots cost 0."""
+    T, n = slot_label.shape
+    R = Yr.shape[0]
+    valid = slot_label >= 0
+    label_task = np.full(Yr.shape[1], -1, dtype=np.int64)
+    label_slot = np.zeros(Yr.shape[1], dtype=np.int64)
+    tt, jj = np.nonzero(valid)
+    label_task[slot_label[tt, jj]] = tt
+    label_slot[slot_label[tt, jj]] = jj
+    r = np.repeat(np.arange(R), np.diff(Yr.indptr))
+    lab = Yr.indices
+    hit = label_task[lab] == row_task[r]
+    Yd = np.full((R, n), -1.0, dtype=np.float32)
+    Yd[r[hit], label_slot[lab[hit]]] = 1.0
+    cost = np.where(Yd > 0, np.float32(Cp), np.float32(Cn)).astype(np.float32)
+    cost *= valid[row_task]
+    return Yd, cost

@@ -1,0 +1,172 @@
+"""XR-Linear: a level of OVA linear rankers at every level of a label tree, searched with a beam.
+
+Given a chain (``chain[0]`` ``K_1 x 1``, ..., ``chain[-1]`` ``L x K_D``; any sequence of sparse
+matrices, e.g. an ``xtransformer.indexing.ClusterChain``), level ``d`` learns one classifier per
+node of level ``d + 1`` with targets ``binarize(Y @ C_D @ ... @ C_{d+2})`` and negatives from its
+parent level: ``tfn`` = the instances whose true parent is the node's parent, ``man`` = those
+whose beam (the model's own prediction at the parent level) reaches it, ``tfn+man`` = both
+(PECOS's schemes). Prediction walks the levels keeping ``beam_size`` nodes per document, the
+scores combined by the post-processor (PECOS's default ``l3-hinge``: product of
+``exp(-max(0, 1 - s)^3)`` down the path).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from xtransformer.ranker.config import HierarchicalLinearConfig
+from xtransformer.ranker.errors import RankerError
+from xtransformer.ranker.features import as_features
+from xtransformer.ranker.linear import LevelSpec, LinearLevel, load_model_meta, load_level, save_level, solver_params, train_levels
+from xtransformer.ranker.negatives import binarize
+from xtransformer.ranker.postprocess import get_post_processor
+from xtransformer.ranker.topk import Candidates
+from xtransformer.utils.io import atomic_dir, save_json
+
+log = logging.getLogger(__name__)
+
+
+class HierarchicalLinear:
+    """The TF-IDF-only hierarchical linear model (the project's linear baseline)."""
+
+    def __init__(self, levels: list[LinearLevel], config: HierarchicalLinearConfig, train_stats: list[dict] | None = None):
+        self.levels = levels
+        self.config = config
+        self.train_stats = train_stats or []
+
+    @property
+    def n_labels(self) -> int:
+        return self.levels[-1].n_labels
+
+    @property
+    def n_features(self) -> int:
+        return self.levels[0].n_features
+
+    @property
+    def n_weights(self) -> int:
+        return int(sum(lv.W.nnz for lv in self.levels))
+
+    @property
+    def chain(self) -> list[sp.csr_matrix]:
+        return [lv.C for lv in self.levels]
+
+    # ------------------------------------------------------------------ training
+    @classmethod
+    def train(
+        cls,
+        X: sp.spmatrix | np.ndarray,
+        Y: sp.spmatrix,
+        chain: Sequence[sp.spmatrix],
+        cfg: HierarchicalLinearConfig | None = None,
+    ) -> "HierarchicalLinear":
+        """Train every level of ``chain`` on ``X`` (``N x F``) and labels ``Y`` (``N x L``)."""
+        cfg = cfg or HierarchicalLinearConfig()
+        X = as_features(X)
+        chain = _check_chain(chain, Y, X)
+        targets = level_targets(binarize(Y), chain)
+        params = solver_params(cfg)
+        post = get_post_processor(cfg.post_processor)
+        train = functools.partial(
+            train_levels, X, params=params, bias=cfg.bias, threshold=cfg.threshold, batch_nnz=cfg.batch_nnz, threads=cfg.n_threads
+        )
+        root = Candidates.root(X.shape[0], post.root_score)
+        if "man" not in cfg.negatives:
+            # teacher forcing: every level's rows are known upfront, so all levels train at once
+            masks = [_level_mask(cfg.negatives, d, targets, root, X.shape[0], C.shape[1]) for d, C in enumerate(chain)]
+            trained = train([LevelSpec(targets[d], C, m) for d, (C, m) in enumerate(zip(chain, masks))])
+        else:
+            # matcher-aware: a level's negatives come from the beam of the levels above it
+            trained, beam = [], root
+            for d, C in enumerate(chain):
+                mask = _level_mask(cfg.negatives, d, targets, beam, X.shape[0], C.shape[1])
+                trained += train([LevelSpec(targets[d], C, mask)])
+                if d + 1 < len(chain):
+                    beam = trained[-1][0].score(X, beam, post, cfg.beam_size, cfg.n_threads)
+        model = cls([lv for lv, _ in trained], cfg, [info for _, info in trained])
+        log.info("XR-Linear trained: level sizes %s, %d weights", [C.shape[0] for C in chain], model.n_weights)
+        return model
+
+    # ------------------------------------------------------------------ prediction
+    def predict(
+        self,
+        X: sp.spmatrix | np.ndarray,
+        beam_size: int | None = None,
+        topk: int | None = None,
+        post_processor: str | None = None,
+    ) -> sp.csr_matrix:
+        """Top-``topk`` label scores (csr ``N x L``) by beam search down the tree."""
+        X = as_features(X)
+        if X.shape[1] != self.n_features:
+            raise RankerError(f"hierarchical linear: `X` has {X.shape[1]} features, the model {self.n_features}")
+        beam_size = beam_size or self.config.beam_size
+        topk = topk or self.config.topk
+        post = get_post_processor(post_processor or self.config.post_processor)
+        beam = Candidates.root(X.shape[0], post.root_score)
+        for d, level in enumerate(self.levels):
+            keep = topk if d == len(self.levels) - 1 else beam_size
+            beam = level.score(X, beam, post, keep, self.config.n_threads)
+        return beam.to_csr(self.n_labels)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | Path) -> None:
+        with atomic_dir(path) as tmp:
+            for d, level in enumerate(self.levels):
+                save_level(level, tmp / f"level_{d}")
+            save_json(
+                {"model": "HierarchicalLinear", "depth": len(self.levels), "config": self.config.to_dict(), "train_stats": self.train_stats},
+                tmp / "model.json",
+            )
+
+    @classmethod
+    def load(cls, path: str | Path) -> "HierarchicalLinear":
+        path = Path(path)
+        meta = load_model_meta(path, "model.json", "HierarchicalLinear")
+        levels = [load_level(path / f"level_{d}") for d in range(int(meta["depth"]))]
+        return cls(levels, HierarchicalLinearConfig(**meta["config"]), meta.get("train_stats"))
+
+
+def level_targets(Y: sp.csr_matrix, chain: Sequence[sp.csr_matrix]) -> list[sp.csr_matrix]:
+    """Targets of every level: ``targets[-1] = Y``, ``targets[d] = binarize(targets[d + 1] @ chain[d + 1])``."""
+    out = [Y]
+    for C in reversed(chain[1:]):
+        out.append(binarize(out[-1] @ C))
+    return out[::-1]
+
+
+def _level_mask(
+    scheme: str, d: int, targets: list[sp.csr_matrix], beam: Candidates, n_docs: int, n_parents: int
+) -> sp.csr_matrix:
+    """Rows of each parent node that train its children: all rows at the root, else tfn/man."""
+    if d == 0:
+        return sp.csr_matrix(np.ones((n_docs, 1), dtype=np.float32))
+    mask = sp.csr_matrix((n_docs, n_parents), dtype=np.float32)
+    if "tfn" in scheme:
+        mask = mask + targets[d - 1]
+    if "man" in scheme:
+        mask = mask + beam.to_csr(n_parents)
+    return binarize(mask)
+
+
+def _check_chain(chain: Sequence[sp.spmatrix], Y: sp.spmatrix, X: sp.csr_matrix) -> list[sp.csr_matrix]:
+    mats = list(chain)
+    if not mats:
+        raise RankerError("hierarchical linear: `chain` is empty")
+    if not sp.issparse(Y) or Y.shape[0] != X.shape[0]:
+        raise RankerError(f"hierarchical linear: `Y` must be sparse with {X.shape[0]} rows (as X)")
+    out = []
+    for i, C in enumerate(mats):
+        if not sp.issparse(C):
+            raise RankerError(f"hierarchical linear: chain[{i}] must be a scipy sparse matrix, got {type(C).__name__}")
+        want_cols = 1 if i == 0 else mats[i - 1].shape[0]
+        if C.shape[1] != want_cols:
+            raise RankerError(f"hierarchical linear: chain[{i}] has {C.shape[1]} columns, expected {want_cols}")
+        out.append(binarize(C))
+    if out[-1].shape[0] != Y.shape[1]:
+        raise RankerError(f"hierarchical linear: chain[-1] has {out[-1].shape[0]} rows but `Y` has {Y.shape[1]} labels")
+    return out

@@ -1,0 +1,113 @@
+"""Scored (document, item) candidates and vectorised per-document top-k."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from xtransformer.ranker.errors import RankerError
+
+
+@dataclass
+class Candidates:
+    """Parallel arrays: document ``doc[p]`` scored ``score[p]`` for item ``item[p]``; grouped by doc."""
+
+    doc: np.ndarray  # int64
+    item: np.ndarray  # int64
+    score: np.ndarray  # float32
+    n_docs: int
+
+    @classmethod
+    def from_csr(cls, M: sp.spmatrix) -> "Candidates":
+        M = sp.csr_matrix(M)
+        doc = np.repeat(np.arange(M.shape[0], dtype=np.int64), np.diff(M.indptr))
+        return cls(doc, M.indices.astype(np.int64), M.data.astype(np.float32), M.shape[0])
+
+    @classmethod
+    def root(cls, n_docs: int, score: float) -> "Candidates":
+        """Every document under the single root node."""
+        return cls(np.arange(n_docs, dtype=np.int64), np.zeros(n_docs, np.int64), np.full(n_docs, score, np.float32), n_docs)
+
+    def to_csr(self, n_items: int) -> sp.csr_matrix:
+        order = np.lexsort((self.item, self.doc))
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(self.doc, minlength=self.n_docs))]).astype(np.int64)
+        out = sp.csr_matrix(
+            (self.score[order].astype(np.float32), self.item[order], indptr), shape=(self.n_docs, n_items)
+        )
+        out.has_sorted_indices = True
+        return out
+
+
+def concat(parts: list[Candidates], n_docs: int) -> Candidates:
+    if not parts:
+        return Candidates(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), n_docs)
+    return Candidates(
+        np.concatenate([p.doc for p in parts]),
+        np.concatenate([p.item for p in parts]),
+        np.concatenate([p.score for p in parts]),
+        n_docs,
+    )
+
+
+def dedupe_max(c: Candidates) -> Candidates:
+    """One entry per (doc, item), keeping the highest score (an item reached by several parents)."""
+    order = np.lexsort((-c.score, c.item, c.doc))
+    d, it = c.doc[order], c.item[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (d[1:] != d[:-1]) | (it[1:] != it[:-1])
+    keep = order[first]
+    return Candidates(c.doc[keep], c.item[keep], c.score[keep], c.n_docs)
+
+
+def topk(c: Candidates, k: int) -> Candidates:
+    """The ``k`` best-scored items of every document, sorted by doc then descending score.
+
+    Ties keep the smaller item id first, so results are deterministic.
+    """
+    if k < 1:
+        raise RankerError(f"topk: k must be >= 1, got {k!r}")
+    order = np.lexsort((c.item, -c.score, c.doc))
+    doc = c.doc[order]
+    start = np.searchsorted(doc, doc, side="left")
+    keep = order[(np.arange(len(order)) - start) < k]
+    return Candidates(c.doc[keep], c.item[keep], c.score[keep], c.n_docs)
+
+
+def topk_csr(M: sp.spmatrix, k: int) -> sp.csr_matrix:
+    """Keep the ``k`` largest stored entries of every row of a sparse matrix."""
+    return topk(Candidates.from_csr(M), k).to_csr(M.shape[1])
+
+
+def topk_pairs(doc: np.ndarray, score: np.ndarray, item: np.ndarray, n_docs: int, k: int) -> Candidates:
+    """Top-``k`` items per document from fixed-width rows: row ``p`` belongs to ``doc[p]`` (grouped).
+
+    ``score`` and ``item`` are ``P x S``; entries with ``item < 0`` are padding. Each document's
+    rows are laid side by side in one padded row and ``argpartition`` picks the ``k`` best: linear
+    in the number of candidates, where sorting them all would not be.
+    """
+    P, S = score.shape
+    if P == 0:
+        return Candidates(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), n_docs)
+    starts = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]])
+    group = np.cumsum(np.r_[False, doc[1:] != doc[:-1]])
+    pos = np.arange(P) - starts[group]
+    width = int(pos.max() + 1) * S
+    vals = np.full((len(starts), width), -np.inf, dtype=np.float32)
+    items = np.full((len(starts), width), -1, dtype=np.int64)
+    cols = pos[:, None] * S + np.arange(S)
+    vals[group[:, None], cols] = np.where(item >= 0, score, -np.inf)
+    items[group[:, None], cols] = item
+    kk = min(k, width)
+    if kk < width:
+        part = np.argpartition(-vals, kk - 1, axis=1)[:, :kk]
+        vals = np.take_along_axis(vals, part, axis=1)
+        items = np.take_along_axis(items, part, axis=1)
+    order = np.lexsort((items, -vals), axis=1)  # best first; ties: smaller item id first
+    vals = np.take_along_axis(vals, order, axis=1)
+    items = np.take_along_axis(items, order, axis=1)
+    keep = items >= 0
+    return Candidates(
+        np.broadcast_to(doc[starts][:, None], keep.shape)[keep].astype(np.int64), items[keep], vals[keep], n_docs
+    )

@@ -1,0 +1,360 @@
+"""Linear rankers: negatives, the batched solver against scikit-learn, post-processors, scoring."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import yaml
+from sklearn.linear_model import LogisticRegression
+from sklearn.svm import LinearSVC
+
+from xtransformer.ranker import (
+    HierarchicalLinearConfig,
+    LinearRanker,
+    RankerConfig,
+    RankerError,
+    combine_scores,
+    concat_features,
+    get_post_processor,
+    negative_mask,
+    ranker_features,
+    tfn_mask,
+    topk_csr,
+    train_ranker,
+)
+from xtransformer.ranker import linear
+from xtransformer.ranker.blocks import build_block, make_groups, plan_batches, with_bias
+from xtransformer.ranker.solver import Block, SolverParams, solve_block
+
+TIGHT = dict(eps=1e-7, max_iter=100, max_cg_iter=500)
+
+
+# ---------------------------------------------------------------------------------------------- data
+def figure4() -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """The paper's Figure 4 setting: N=6, L=20, K=4, cluster k holds labels 5k..5k+4.
+
+    Cluster 1 (index 0) is hit by x1, x2 and x6 only, as in the figure.
+    """
+    labels = [[0, 7], [3], [12], [6, 17], [19], [1, 4, 11]]
+    rows = np.repeat(np.arange(6), [len(x) for x in labels])
+    Y = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, np.concatenate(labels))), shape=(6, 20))
+    C = sp.csr_matrix((np.ones(20, np.float32), (np.arange(20), np.arange(20) // 5)), shape=(20, 4))
+    return Y, C
+
+
+def mask_sets(M: sp.csr_matrix) -> list[set[int]]:
+    Mc = M.tocsc()
+    return [set(Mc.indices[Mc.indptr[k] : Mc.indptr[k + 1]].tolist()) for k in range(M.shape[1])]
+
+
+def random_problem(n=240, f=60, L=12, K=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, f, density=0.15, format="csr", dtype=np.float32, random_state=seed)
+    X = sp.csr_matrix(X.multiply(1.0 / np.maximum(sp.linalg.norm(X, axis=1), 1e-9)[:, None]), dtype=np.float32)
+    W = rng.standard_normal((f, L))
+    S = X @ W
+    Y = sp.csr_matrix((S > np.quantile(S, 0.85, axis=0)).astype(np.float32))
+    codes = np.arange(L) % K
+    C = sp.csr_matrix((np.ones(L, np.float32), (np.arange(L), codes)), shape=(L, K))
+    return X, Y, C
+
+
+def sklearn_weights(X, y, loss="squared_hinge", Cp=1.0, Cn=1.0):
+    """LIBLINEAR through scikit-learn, bias as an appended regularised feature of value 1."""
+    cw = {1: Cp, -1: Cn}
+    if loss == "squared_hinge":
+        m = LinearSVC(loss="squared_hinge", dual=False, C=1.0, class_weight=cw, tol=1e-12, max_iter=100_000)
+    else:
+        m = LogisticRegression(solver="liblinear", C=1.0, class_weight=cw, tol=1e-12, max_iter=100_000)
+    m.fit(X, y)
+    return np.r_[m.coef_.ravel(), m.intercept_]
+
+
+# ---------------------------------------------------------------------------------------------- negatives
+def test_tfn_selects_figure4_instances():
+    Y, C = figure4()
+    assert mask_sets(tfn_mask(Y, C)) == [{0, 1, 5}, {0, 3}, {2, 5}, {3, 4}]
+
+
+def test_man_and_union_select_exact_instances():
+    Y, C = figure4()
+    M_hat = sp.csr_matrix(
+        (np.array([0.9, 0.8, 0.7, 0.6], np.float32), ([2, 3, 0, 4], [0, 1, 3, 2])), shape=(6, 4)
+    )
+    assert mask_sets(negative_mask("man", Y, C, M_hat)) == [{2}, {3}, {4}, {0}]
+    union = negative_mask("tfn+man", Y, C, M_hat)
+    assert mask_sets(union) == [{0, 1, 2, 5}, {0, 3}, {2, 4, 5}, {0, 3, 4}]
+    assert set(np.unique(union.data)) == {1.0}
+
+
+def test_negative_mask_errors():
+    Y, C = figure4()
+    with pytest.raises(RankerError, match="matcher_pred"):
+        negative_mask("tfn+man", Y, C)
+    with pytest.raises(RankerError, match="scheme"):
+        negative_mask("hard", Y, C)
+    with pytest.raises(RankerError, match="rows"):
+        tfn_mask(Y, C[:10])
+
+
+def test_block_rows_follow_the_mask():
+    Y, C = figure4()
+    X = sp.random(6, 9, density=0.5, format="csr", dtype=np.float32, random_state=1)
+    groups = make_groups(C, tfn_mask(Y, C))
+    for k, expected in enumerate([[0, 1, 5], [0, 3], [2, 5], [3, 4]]):
+        bd = build_block(X, Y, groups, np.array([k]), 1.0, 1.0, bias=1.0)
+        assert bd.X.shape[0] == len(expected)
+        np.testing.assert_array_equal(bd.slot_label[0], np.arange(5 * k, 5 * k + 5))
+        # targets: +1 exactly where the instance has the label
+        np.testing.assert_array_equal(bd.Y > 0, Y[expected][:, 5 * k : 5 * k + 5].toarray() > 0)
+
+
+def test_trained_weights_equal_sklearn_on_the_selected_rows():
+    """Each label of cluster c is LIBLINEAR trained on exactly {i : M[i, c] = 1}."""
+    X, Y, C = random_problem()
+    mask = tfn_mask(Y, C)
+    cfg = RankerConfig(features="tfidf", negatives="tfn", threshold=0.0, **TIGHT)
+    W = LinearRanker.train(X, Y, C, mask, cfg).W.toarray()
+    Mc = mask.tocsc()
+    checked = 0
+    for label in range(Y.shape[1]):
+        c = C[label].indices[0]
+        rows = Mc.indices[Mc.indptr[c] : Mc.indptr[c + 1]]
+        y = np.where(Y[rows, label].toarray().ravel() > 0, 1, -1)
+        if len(set(y)) < 2:
+            continue
+        np.testing.assert_allclose(W[:, label], sklearn_weights(X[rows], y), atol=2e-3)
+        checked += 1
+    assert checked >= 8
+
+
+# ---------------------------------------------------------------------------------------------- solver
+@pytest.mark.parametrize("loss", ["squared_hinge", "logistic"])
+@pytest.mark.parametrize("costs", [(1.0, 1.0), (2.0, 0.5)])
+def test_solver_matches_liblinear(loss, costs):
+    X, Y, _ = random_problem(n=200, f=40, L=3)
+    Cp, Cn = costs
+    Xb = with_bias(X, 1.0)
+    Yd = np.where(Y.toarray() > 0, 1.0, -1.0).astype(np.float32)
+    cost = np.where(Yd > 0, Cp, Cn).astype(np.float32)
+    block = Block.from_scipy(Xb, np.array([X.shape[0]]), np.array([Xb.shape[1]]), Yd, cost)
+    W = solve_block(block, SolverParams(loss=loss, Cp=Cp, Cn=Cn, **TIGHT)).numpy()
+    for j in range(3):
+        np.testing.assert_allclose(W[:, j], sklearn_weights(X, Yd[:, j], loss, Cp, Cn), atol=2e-3)
+
+
+def test_packed_blocks_equal_one_block_per_cluster():
+    """Solving many clusters in one block-diagonal block gives each cluster's own solution."""
+    X, Y, C = random_problem(n=300, L=16, K=8, seed=3)
+    mask = tfn_mask(Y, C)
+    packed = RankerConfig(features="tfidf", negatives="tfn", threshold=0.0, batch_nnz=10**9, **TIGHT)
+    single = RankerConfig(features="tfidf", negatives="tfn", threshold=0.0, batch_nnz=1, **TIGHT)
+    groups = make_groups(C, mask)
+    assert len(plan_batches(groups, np.diff(X.indptr), X.shape[1] + 1, packed.batch_nnz)) == 1
+    assert len(plan_batches(groups, np.diff(X.indptr), X.shape[1] + 1, single.batch_nnz)) == 8
+    Wa = LinearRanker.train(X, Y, C, mask, packed).W.toarray()
+    Wb = LinearRanker.train(X, Y, C, mask, single).W.toarray()
+    np.testing.assert_allclose(Wa, Wb, atol=1e-3)
+
+
+def test_threshold_prunes_small_weights():
+    X, Y, C = random_problem()
+    mask = tfn_mask(Y, C)
+    full = LinearRanker.train(X, Y, C, mask, RankerConfig(threshold=0.0)).W
+    pruned = LinearRanker.train(X, Y, C, mask, RankerConfig(threshold=0.1)).W
+    assert pruned.nnz < full.nnz
+    assert np.abs(pruned.data).min() >= 0.1
+    kept = full.toarray()
+    np.testing.assert_allclose(pruned.toarray(), np.where(np.abs(kept) >= 0.1, kept, 0.0), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- post-processors
+def test_post_processors_on_known_numbers():
+    s = np.array([-1.0, 0.0, 0.5, 2.0], np.float32)
+    parent = np.float32(0.5)
+    sig = 1.0 / (1.0 + np.exp(-s))
+    expected = {
+        "noop": s,
+        "sigmoid": sig * parent,
+        "log-sigmoid": np.log(sig) + parent,
+        "l1-hinge": np.exp(-np.array([2.0, 1.0, 0.5, 0.0])) * parent,
+        "l2-hinge": np.exp(-np.array([4.0, 1.0, 0.25, 0.0])) * parent,
+        "l3-hinge": np.exp(-np.array([8.0, 1.0, 0.125, 0.0])) * parent,
+        "l4-hinge": np.exp(-np.array([16.0, 1.0, 0.0625, 0.0])) * parent,
+        "log-l3-hinge": -np.array([8.0, 1.0, 0.125, 0.0]) + parent,
+    }
+    for name, want in expected.items():
+        np.testing.assert_allclose(get_post_processor(name).combine(s, parent), want, rtol=1e-5, err_msg=name)
+
+
+def test_combine_scores_transforms_raw_matcher_scores():
+    r, m = np.array([0.3, -2.0], np.float32), np.array([1.5, 0.2], np.float32)
+    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    np.testing.assert_allclose(combine_scores(r, m, "sigmoid"), sig(r) * sig(m), rtol=1e-6)
+    np.testing.assert_allclose(combine_scores(r, m, "noop"), r)
+    h3 = lambda v: np.exp(-np.maximum(0, 1 - v) ** 3)  # noqa: E731
+    np.testing.assert_allclose(combine_scores(r, h3(m), "l3-hinge", matcher_transformed=True), h3(r) * h3(m), rtol=1e-6)
+    with pytest.raises(RankerError, match="post_processor"):
+        get_post_processor("l5-hinge")
+
+
+# ---------------------------------------------------------------------------------------------- prediction
+def brute_force(X, W, C, shortlist, post, k):
+    """Dense reference: every shortlisted cluster's labels scored with the full W."""
+    pp = get_post_processor(post)
+    raw = with_bias(X, 1.0).toarray() @ W.toarray()
+    parent = pp.transform(shortlist.toarray()) if pp.rule != "child" else shortlist.toarray()
+    cluster = C.tocsr().indices
+    allowed = (shortlist.toarray() != 0)[:, cluster]
+    final = np.where(allowed, pp.combine(raw, parent[:, cluster]), -np.inf)
+    out = np.full_like(final, -np.inf)
+    order = np.argsort(-final, axis=1, kind="stable")[:, :k]
+    rows = np.arange(len(final))[:, None]
+    out[rows, order] = final[rows, order]
+    return out
+
+
+@pytest.mark.parametrize("post", ["l3-hinge", "sigmoid", "noop", "log-l2-hinge"])
+def test_predict_equals_dense_reference(post):
+    X, Y, C = random_problem(L=20, K=5, seed=2)
+    ranker = LinearRanker.train(X, Y, C, tfn_mask(Y, C), RankerConfig(threshold=0.0, topk=4))
+    rng = np.random.default_rng(0)
+    top2 = np.argsort(rng.random((X.shape[0], 5)), axis=1)[:, :2]
+    shortlist = sp.csr_matrix(
+        (rng.standard_normal(2 * X.shape[0]).astype(np.float32), top2.ravel(), np.arange(0, 2 * X.shape[0] + 1, 2)),
+        shape=(X.shape[0], 5),
+    )
+    got = ranker.predict(X, shortlist, topk=4, post_processor=post)
+    want = brute_force(X, ranker.W, C, shortlist, post, 4)
+    assert np.all(np.diff(got.indptr) == 4)
+    dense = got.toarray()
+    stored = np.zeros_like(dense, dtype=bool)
+    stored[np.repeat(np.arange(got.shape[0]), 4), got.indices] = True
+    np.testing.assert_array_equal(stored, np.isfinite(want))
+    np.testing.assert_allclose(dense[stored], want[stored], rtol=1e-4, atol=1e-5)
+
+
+def test_predict_in_cluster_batches_is_the_same(monkeypatch):
+    X, Y, C = random_problem(L=20, K=5, seed=4)
+    ranker = LinearRanker.train(X, Y, C, tfn_mask(Y, C), RankerConfig(topk=6))
+    shortlist = sp.random(X.shape[0], 5, density=0.6, format="csr", dtype=np.float32, random_state=2)
+    want = ranker.predict(X, shortlist)
+    monkeypatch.setattr(linear, "SCORER_ROWS", 2 * (X.shape[1] + 1))  # 2 clusters per batch
+    monkeypatch.setattr(linear, "SCORER_CACHE_ROWS", 0)  # rebuilt on every call
+    ranker.level._scorer = None
+    got = ranker.predict(X, shortlist)
+    assert ranker.level._scorer.batch == 2 and not ranker.level._scorer._built
+    assert abs(got - want).max() < 1e-6 and (got != 0).nnz == (want != 0).nnz
+
+
+def test_labels_in_several_clusters():
+    """A label in two clusters trains on the union of their rows and is returned once."""
+    X, Y, C = random_problem(L=12, K=4, seed=5)
+    C = C.tolil()
+    C[0, 1] = 1.0  # label 0 sits in clusters 0 and 1
+    C[5, 3] = 1.0  # label 5 in clusters 1 and 3
+    C = C.tocsr()
+    mask = tfn_mask(Y, C)
+    cfg = RankerConfig(features="tfidf", negatives="tfn", threshold=0.0, **TIGHT)
+    ranker = LinearRanker.train(X, Y, C, mask, cfg)
+    Mc = mask.toarray() > 0
+    rows = np.flatnonzero(Mc[:, 0] | Mc[:, 1])
+    y = np.where(Y[rows, 0].toarray().ravel() > 0, 1, -1)
+    np.testing.assert_allclose(ranker.W.toarray()[:, 0], sklearn_weights(X[rows], y), atol=2e-3)
+    pred = ranker.predict(X, sp.csr_matrix(np.ones((X.shape[0], 4), np.float32)), topk=12, post_processor="noop")
+    raw = with_bias(X, 1.0).toarray() @ ranker.W.toarray()
+    assert np.all(np.diff(pred.indptr) == 12)  # every label once, although two sit in two clusters
+    rr = np.repeat(np.arange(X.shape[0]), 12)
+    np.testing.assert_allclose(pred.data, raw[rr, pred.indices], rtol=1e-4, atol=1e-5)
+
+
+def test_predict_validates_inputs():
+    X, Y, C = random_problem()
+    ranker = LinearRanker.train(X, Y, C, tfn_mask(Y, C), RankerConfig())
+    with pytest.raises(RankerError, match="shortlist"):
+        ranker.predict(X, sp.csr_matrix((X.shape[0], 3)))
+    with pytest.raises(RankerError, match="features"):
+        ranker.predict(X[:, :10], sp.csr_matrix((X.shape[0], 4)))
+
+
+def test_linear_ranker_save_load_round_trip(tmp_path):
+    X, Y, C = random_problem()
+    mask = negative_mask("tfn+man", Y, C, sp.random(X.shape[0], 4, density=0.3, format="csr", random_state=0))
+    ranker = LinearRanker.train(X, Y, C, mask, RankerConfig(topk=3))
+    shortlist = sp.csr_matrix(np.ones((X.shape[0], 4), np.float32))
+    ranker.save(tmp_path / "r")
+    loaded = LinearRanker.load(tmp_path / "r")
+    assert loaded.config == ranker.config
+    assert (loaded.predict(X, shortlist) != ranker.predict(X, shortlist)).nnz == 0
+    with pytest.raises(RankerError, match="not a complete"):
+        LinearRanker.load(tmp_path / "missing")
+
+
+# ---------------------------------------------------------------------------------------------- features, config, top-k
+def test_concat_features_normalises_blocks():
+    X = sp.csr_matrix(np.array([[3.0, 4.0, 0.0], [0.0, 0.0, 2.0]], np.float32))
+    emb = np.array([[0.0, 10.0], [1.0, 1.0]], np.float32)
+    out = concat_features(X, emb, weight=1.0).toarray()
+    assert out.shape == (2, 5)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-6)
+    s = 1 / np.sqrt(2)
+    np.testing.assert_allclose(out[0], [0.6 * s, 0.8 * s, 0.0, 0.0, s], rtol=1e-6)
+    heavy = concat_features(X, emb, weight=3.0).toarray()
+    assert np.linalg.norm(heavy[0, 3:]) > np.linalg.norm(out[0, 3:])
+    np.testing.assert_allclose(concat_features(X).toarray()[0], [0.6, 0.8, 0.0], rtol=1e-6)
+    with pytest.raises(RankerError, match="emb"):
+        concat_features(X, emb[:1])
+
+
+def test_train_ranker_builds_features_and_negatives():
+    X, Y, C = random_problem()
+    emb = np.random.default_rng(0).standard_normal((X.shape[0], 8)).astype(np.float32)
+    top = sp.random(X.shape[0], 4, density=0.5, format="csr", dtype=np.float32, random_state=0)
+    ranker = train_ranker(X, Y, C, RankerConfig(), emb=emb, matcher_pred=top)
+    assert ranker.level.n_features == X.shape[1] + 8
+    pred = ranker.predict(ranker_features(X, emb, ranker.config), top, topk=3)
+    assert pred.shape == Y.shape and np.diff(pred.indptr).max() <= 3
+    with pytest.raises(RankerError, match="emb"):
+        train_ranker(X, Y, C, RankerConfig(), matcher_pred=top)
+    with pytest.raises(RankerError, match="matcher_pred"):
+        train_ranker(X, Y, C, RankerConfig(features="tfidf"))
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(RankerError, match="negatives"):
+        RankerConfig(negatives="hard")
+    with pytest.raises(RankerError, match="post_processor"):
+        RankerConfig(post_processor="l9-hinge")
+    with pytest.raises(RankerError, match="Cp"):
+        RankerConfig(Cp=0)
+    with pytest.raises(RankerError, match="beam_size"):
+        RankerConfig(beam_size=0)
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def test_yaml_configs_mirror_the_dataclasses():
+    from hydra import compose, initialize_config_dir
+
+    fields = [f.name for f in dataclasses.fields(RankerConfig)]
+    assert list(yaml.safe_load((CONFIGS / "ranker" / "_defaults.yaml").read_text())) == fields
+    names = sorted(p.stem for p in (CONFIGS / "ranker").glob("*.yaml") if not p.stem.startswith("_"))
+    assert {"tfidf_tfn", "tfidf_neural_tfn", "tfidf_neural_tfn_man"} <= set(names)
+    with initialize_config_dir(config_dir=str(CONFIGS / "ranker"), version_base=None):
+        for name in names:
+            cfg = RankerConfig(**compose(config_name=name))
+            assert cfg.name == name
+    xr = CONFIGS / "xrlinear" / "default.yaml"
+    if xr.is_file():  # the pipeline's XR-Linear settings
+        HierarchicalLinearConfig(**yaml.safe_load(xr.read_text())["model"])
+
+
+def test_topk_csr_keeps_best_per_row():
+    M = sp.csr_matrix(np.array([[0.1, 0.9, 0.5, 0.0], [0.0, 0.2, 0.0, 0.3]], np.float32))
+    out = topk_csr(M, 2).toarray()
+    np.testing.assert_array_equal(out, np.array([[0.0, 0.9, 0.5, 0.0], [0.0, 0.2, 0.0, 0.3]], np.float32))

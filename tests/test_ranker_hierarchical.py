@@ -1,0 +1,123 @@
+"""XR-Linear (HierarchicalLinear): targets per level, beam search, MAN negatives, persistence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from xtransformer.indexing import ClusterChain
+from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, RankerError, get_post_processor, level_targets
+from xtransformer.ranker.blocks import with_bias
+from xtransformer.ranker.negatives import binarize
+from xtransformer.ranker.topk import Candidates
+
+
+def onehot(codes: np.ndarray, k: int) -> sp.csr_matrix:
+    return sp.csr_matrix((np.ones(len(codes), np.float32), (np.arange(len(codes)), codes)), shape=(len(codes), k))
+
+
+def problem(n=300, f=50, L=24, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, f, density=0.2, format="csr", dtype=np.float32, random_state=seed)
+    X = sp.csr_matrix(X.multiply(1.0 / np.maximum(sp.linalg.norm(X, axis=1), 1e-9)[:, None]), dtype=np.float32)
+    S = X @ rng.standard_normal((f, L))
+    Y = sp.csr_matrix((S > np.quantile(S, 0.8, axis=0)).astype(np.float32))
+    chain = [sp.csr_matrix(np.ones((2, 1), np.float32)), onehot(np.arange(6) % 2, 2), onehot(np.arange(L) % 6, 6)]
+    return X, Y, chain
+
+
+def brute_force(model: HierarchicalLinear, X: sp.csr_matrix, post: str) -> np.ndarray:
+    """Dense N x L final scores with no beam: every root-to-label path combined."""
+    pp = get_post_processor(post)
+    score = np.full((X.shape[0], 1), pp.root_score, np.float32)
+    for level in model.levels:
+        raw = with_bias(X, level.bias).toarray() @ level.W.toarray()
+        parent_of = level.C.tocsr().indices
+        score = pp.combine(raw, score[:, parent_of])
+    return score
+
+
+def test_level_targets_compose_the_chain():
+    X, Y, chain = problem()
+    t = level_targets(binarize(Y), chain)
+    assert [m.shape for m in t] == [(300, 2), (300, 6), (300, 24)]
+    leaf = (Y.toarray() @ chain[2].toarray()) > 0
+    np.testing.assert_array_equal(t[1].toarray() > 0, leaf)
+    np.testing.assert_array_equal(t[0].toarray() > 0, (leaf @ chain[1].toarray()) > 0)
+
+
+@pytest.mark.parametrize("post", ["l3-hinge", "sigmoid", "noop", "log-l1-hinge"])
+def test_full_beam_returns_exact_topk(post):
+    X, Y, chain = problem()
+    model = HierarchicalLinear.train(X, Y, chain, HierarchicalLinearConfig(threshold=0.0, post_processor=post))
+    k = 5
+    got = model.predict(X, beam_size=6, topk=k)  # the beam covers every node of every level
+    ref = brute_force(model, X, post)
+    order = np.argsort(-ref, axis=1, kind="stable")[:, :k]
+    want = np.take_along_axis(ref, order, axis=1)
+    assert np.all(np.diff(got.indptr) == k)
+    got_sorted = -np.sort(-got.data.reshape(-1, k), axis=1)  # stored scores may be negative
+    np.testing.assert_allclose(got_sorted, want, rtol=1e-4, atol=1e-6)
+    # the same labels (ties aside): each stored label's score equals its reference score
+    rows = np.repeat(np.arange(X.shape[0]), k)
+    np.testing.assert_allclose(got.data, ref[rows, got.indices], rtol=1e-4, atol=1e-6)
+
+
+def test_narrow_beam_only_returns_labels_under_kept_clusters():
+    X, Y, chain = problem()
+    model = HierarchicalLinear.train(X, Y, chain, HierarchicalLinearConfig())
+    got = model.predict(X, beam_size=1, topk=10)
+    # beam 1: one level-1 node, one leaf cluster of 4 labels
+    assert np.all(np.diff(got.indptr) == 4)
+    leaf_of = chain[2].indices
+    rows = np.repeat(np.arange(X.shape[0]), 4)
+    per_row = leaf_of[got.indices].reshape(-1, 4)
+    assert np.all(per_row == per_row[:, :1])
+    assert len(rows) == got.nnz
+
+
+def test_man_negatives_add_the_models_own_beam():
+    X, Y, chain = problem()
+    cfg = HierarchicalLinearConfig(negatives="tfn+man", beam_size=1)
+    model = HierarchicalLinear.train(X, Y, chain, cfg)
+    targets = level_targets(binarize(Y), chain)
+    pp = get_post_processor(cfg.post_processor)
+    beam = model.levels[0].score(X, Candidates.root(X.shape[0], pp.root_score), pp, 1)
+    want = binarize(targets[0] + beam.to_csr(2))
+    assert model.train_stats[1]["mask_nnz"] == want.nnz > targets[0].nnz
+    tfn_only = HierarchicalLinear.train(X, Y, chain, HierarchicalLinearConfig(negatives="tfn"))
+    assert tfn_only.train_stats[1]["mask_nnz"] == targets[0].nnz
+
+
+def test_accepts_a_cluster_chain_and_learns_something():
+    X, Y, chain = problem(n=400)
+    model = HierarchicalLinear.train(X, Y, ClusterChain(chain), HierarchicalLinearConfig())
+    pred = model.predict(X, topk=1)
+    hits = np.asarray(Y[np.arange(X.shape[0]), pred.indices]).ravel()
+    assert hits.mean() > 0.6  # training-set P@1 of a working model
+
+
+def test_save_load_round_trip(tmp_path):
+    X, Y, chain = problem()
+    model = HierarchicalLinear.train(X, Y, chain, HierarchicalLinearConfig(topk=3, beam_size=2))
+    model.save(tmp_path / "m")
+    loaded = HierarchicalLinear.load(tmp_path / "m")
+    assert loaded.config == model.config
+    assert [lv.W.shape for lv in loaded.levels] == [lv.W.shape for lv in model.levels]
+    assert (loaded.predict(X) != model.predict(X)).nnz == 0
+    with pytest.raises(RankerError, match="not a complete"):
+        HierarchicalLinear.load(tmp_path / "nothing")
+
+
+def test_bad_inputs_raise_clear_errors():
+    X, Y, chain = problem()
+    with pytest.raises(RankerError, match=r"chain\[1\]"):
+        HierarchicalLinear.train(X, Y, [chain[0], chain[2]])
+    with pytest.raises(RankerError, match="labels"):
+        HierarchicalLinear.train(X, Y[:, :10], chain)
+    with pytest.raises(RankerError, match="features"):
+        HierarchicalLinearConfig(features="tfidf+neural")
+    model = HierarchicalLinear.train(X, Y, chain)
+    with pytest.raises(RankerError, match="features"):
+        model.predict(X[:, :20])
