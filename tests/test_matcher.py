@@ -218,8 +218,8 @@ def test_matcher_yaml_mirrors_dataclass() -> None:
     models = {}
     for name in names:
         values = _compose("matcher", name)
-        values.pop("name", None)  # the option's display name, dropped by the pipeline
         assert set(values) == field_names, name
+        assert values["name"] == name
         models[name] = MatcherConfig(**values).model_name_or_path
     assert models["bert"] == "bert-large-cased" and models["roberta"] == "roberta-large"
     assert models["xlnet"] == "xlnet-large-cased" and models["tiny_xlnet"] == "tiny:xlnet"
