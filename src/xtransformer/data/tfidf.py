@@ -69,6 +69,15 @@ def _transform(vec: TfidfVectorizer, texts: list[str], n_jobs: int) -> sp.csr_ma
     return sp.vstack(parts, format="csr")
 
 
+def _settings(cfg: TfidfConfig) -> dict:
+    return dataclasses.asdict(cfg) | {"n_jobs": None}  # threads do not change the features
+
+
+def _cache_folder(ds: XMCDataset, cfg: TfidfConfig, cache_dir: str | Path | None) -> Path:
+    key = settings_key(ds.source_key, _settings(cfg), sorted(ds.splits))
+    return Path(cache_dir or default_cache_dir()) / "tfidf" / f"{ds.name}-{key}"
+
+
 def tfidf_features(
     ds: XMCDataset,
     cfg: TfidfConfig | dict | None = None,
@@ -81,9 +90,8 @@ def tfidf_features(
         if any(s.X is None for s in ds.splits.values()):
             raise DataError(f"dataset {ds.name!r} has neither texts nor features for every split")
         return {name: normalize(s.X.astype(np.float32), norm="l2", copy=True).tocsr() for name, s in ds.splits.items()}
-    settings = dataclasses.asdict(cfg) | {"n_jobs": None}
-    key = settings_key(ds.source_key, settings, sorted(ds.splits))
-    folder = Path(cache_dir or default_cache_dir()) / "tfidf" / f"{ds.name}-{key}"
+    settings = _settings(cfg)
+    folder = _cache_folder(ds, cfg, cache_dir)
     if use_cache and is_complete(folder):
         log.info("TF-IDF: cache hit %s", folder)
         return {s: load_csr(folder / f"X.{s}.npz") for s in ds.splits}
@@ -113,10 +121,7 @@ def tfidf_features(
 
 def load_vectorizer(ds: XMCDataset, cfg: TfidfConfig | None = None, cache_dir: str | Path | None = None) -> TfidfVectorizer:
     """The fitted vectoriser of a cached TF-IDF (to featurise new text at prediction time)."""
-    cfg = cfg or TfidfConfig()
-    settings = dataclasses.asdict(cfg) | {"n_jobs": None}
-    key = settings_key(ds.source_key, settings, sorted(ds.splits))
-    path = Path(cache_dir or default_cache_dir()) / "tfidf" / f"{ds.name}-{key}" / "vectorizer.pkl"
+    path = _cache_folder(ds, cfg or TfidfConfig(), cache_dir) / "vectorizer.pkl"
     if not path.is_file():
         raise DataError("no cached TF-IDF vectoriser; run tfidf_features first", path)
     with open(path, "rb") as fh:
