@@ -131,3 +131,24 @@ def test_multirun_sweep_resumes_and_aggregates(tmp_path):
     )
     assert agg.returncode == 0, agg.stderr
     assert "±" in agg.stdout and (sweep / "results.md").is_file() and (sweep / "results_p_at_k.png").is_file()
+
+
+@pytest.mark.slow
+def test_ddp_from_hydra_entry_point_one_run_folder(tmp_path):
+    """`python train.py trainer=ddp_cpu`: Lightning relaunches the script for rank 1; the run still
+    has one output folder, one metrics.json, and rank 1 neither logs nor redoes the stages."""
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    cmd = [
+        sys.executable, str(ROOT / "train.py"), *TINY, "trainer=ddp_cpu", "trainer.enable_progress_bar=false",
+        f"paths.cache_dir={tmp_path / 'cache'}", f"paths.log_dir={tmp_path / 'logs'}",
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = list((tmp_path / "logs" / "train" / "runs").iterdir())
+    assert len(runs) == 1, runs
+    metrics = json.loads((runs[0] / "metrics.json").read_text())
+    assert metrics["results"]["xtransformer"]["n_docs"] == 400
+    assert metrics["config"]["trainer"]["strategy"] == "ddp" and metrics["config"]["trainer"]["devices"] == 2
+    assert sorted(metrics["stages"]["ran"]) == ["indexing", "matcher", "ranker", "xrlinear"]
+    stage_dirs = [p for p in (tmp_path / "cache" / "stages").glob("*/*") if p.is_dir()]
+    assert len(stage_dirs) == 4  # each stage built once, not once per rank
