@@ -133,3 +133,23 @@ def test_bad_inputs_are_named(tmp_path: Path) -> None:
         train_matcher(cfg, TRAINER, {"dev": texts["dev"]}, Y, C, tmp_path)
     with pytest.raises(MatcherInputError, match="dense|sparse"):
         train_matcher(cfg, TRAINER, texts, {**Y, "train": Y["train"].toarray()}, C, tmp_path)
+
+
+def test_progress_log_reports_step_loss_and_eta(caplog: pytest.LogCaptureFixture) -> None:
+    from types import SimpleNamespace
+
+    import torch
+
+    from xtransformer.matcher.progress import ProgressLog
+
+    trainer = SimpleNamespace(global_step=0, max_steps=10, is_global_zero=True, callback_metrics={})
+    cb = ProgressLog(every_s=0)
+    cb.on_train_start(trainer, None)
+    trainer.global_step, trainer.callback_metrics = 5, {"train/loss": torch.tensor(0.25)}
+    with caplog.at_level("INFO", logger="xtransformer.matcher"):
+        cb.on_train_batch_end(trainer, None, None, None, 4)
+        trainer.is_global_zero = False  # other DDP ranks stay quiet
+        cb.on_train_batch_end(trainer, None, None, None, 5)
+    assert len(caplog.records) == 1
+    msg = caplog.records[0].getMessage()
+    assert "step 5/10" in msg and "loss 0.2500" in msg and "ETA" in msg

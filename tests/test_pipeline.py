@@ -64,6 +64,30 @@ def test_table5_rows_compose(tmp_path):
         assert cfg.indexing.name in ("pifa_tfidf", "pifa_neural", "text_emb")
 
 
+@pytest.mark.parametrize("launcher", ["basic", "joblib", "slurm", "submitit_local"])
+def test_launchers_compose(tmp_path, launcher):
+    """The sweep launchers: basic (default), joblib (local parallel), SLURM via submitit."""
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[f"hydra/launcher={launcher}", "trainer=ddp"],
+                      return_hydra_config=True)
+    node = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
+    assert launcher.split("_")[0].lower() in node["_target_"].lower()
+    if launcher == "slurm":
+        # one SLURM task per Lightning device, so DDP runs without re-launching the script
+        cfg.hydra.launcher.submitit_folder = str(tmp_path)  # its default interpolates hydra.sweep.dir
+        assert cfg.hydra.launcher.tasks_per_node == cfg.trainer.devices == 2
+        assert cfg.hydra.launcher.nodes == cfg.trainer.num_nodes
+        assert cfg.hydra.launcher.max_num_timeout > 0
+
+
+def test_bad_combine_with_baseline_fails_before_work(tmp_path):
+    from xtransformer.pipeline.run import run
+
+    with pytest.raises(ValueError, match="combine_with_baseline"):
+        run(_compose([*TINY, "combine_with_baseline=median"], tmp_path))
+    assert not (tmp_path / "cache").exists()
+
+
 def test_bad_key_fails_at_composition(tmp_path):
     from hydra.errors import ConfigCompositionException
 
@@ -88,6 +112,16 @@ def test_pipeline_end_to_end_and_stage_cache(tmp_path):
     assert saved["seed"] == 0 and saved["config"]["matcher"]["model_name_or_path"] == "tiny:bert"
     assert {"indexing", "matcher", "ranker", "xrlinear"} <= set(metrics["stages"]["ran"])
     assert (run_dir / "predictions" / "test.npz").is_file() and (run_dir / "label_vocab.txt").is_file()
+    # the in-run ensemble is the average of the two methods' saved score matrices
+    from xtransformer.ensemble import ensemble_predictions
+    from xtransformer.metrics import evaluate
+    from xtransformer.utils.io import load_csr
+
+    preds = {m: load_csr(run_dir / "predictions" / m / "test.npz") for m in ("xtransformer", "xrlinear")}
+    combined = ensemble_predictions([preds["xtransformer"], preds["xrlinear"]], method="average")
+    truth = load_csr(run_dir / "truth" / "test.npz")
+    assert saved["results"]["xtransformer+xrlinear"]["P@1"] == pytest.approx(evaluate(truth, combined)["P@1"])
+    assert (load_csr(run_dir / "predictions" / "test.npz") != preds["xtransformer"]).nnz == 0
     assert any((run_dir / "plots").glob("*.png"))
 
     # the same command again: every stage is reused, nothing retrained, same numbers

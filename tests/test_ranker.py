@@ -202,12 +202,27 @@ def test_combine_scores_transforms_raw_matcher_scores():
         get_post_processor("l5-hinge")
 
 
+def test_matcher_weight_on_known_numbers():
+    r, m = np.array([0.3, -2.0], np.float32), np.array([1.5, 0.2], np.float32)
+    h1 = lambda v: np.exp(-np.maximum(0, 1 - v))  # noqa: E731
+    np.testing.assert_allclose(combine_scores(r, m, "l1-hinge", matcher_weight=0.5), h1(r) * h1(m) ** 0.5, rtol=1e-6)
+    np.testing.assert_allclose(combine_scores(r, m, "l1-hinge", matcher_weight=0.0), h1(r), rtol=1e-6)
+    # log- post-processors: w * log-transform of the matcher
+    np.testing.assert_allclose(combine_scores(r, m, "log-l1-hinge", matcher_weight=0.5),
+                               np.log(h1(r)) + 0.5 * np.log(h1(m)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(combine_scores(r, m, "noop", matcher_weight=0.5), r)
+
+
 # ---------------------------------------------------------------------------------------------- prediction
-def brute_force(X, W, C, shortlist, post, k):
+def brute_force(X, W, C, shortlist, post, k, matcher_weight=1.0):
     """Dense reference: every shortlisted cluster's labels scored with the full W."""
     pp = get_post_processor(post)
     raw = with_bias(X, 1.0).toarray() @ W.toarray()
     parent = pp.transform(shortlist.toarray()) if pp.rule != "child" else shortlist.toarray()
+    if pp.rule == "mul":
+        parent = parent ** matcher_weight
+    elif pp.rule == "add":
+        parent = parent * matcher_weight
     cluster = C.tocsr().indices
     allowed = (shortlist.toarray() != 0)[:, cluster]
     final = np.where(allowed, pp.combine(raw, parent[:, cluster]), -np.inf)
@@ -218,10 +233,12 @@ def brute_force(X, W, C, shortlist, post, k):
     return out
 
 
-@pytest.mark.parametrize("post", ["l3-hinge", "sigmoid", "noop", "log-l2-hinge"])
-def test_predict_equals_dense_reference(post):
+@pytest.mark.parametrize("post,matcher_weight", [("l3-hinge", 1.0), ("sigmoid", 1.0), ("noop", 1.0),
+                                                 ("log-l2-hinge", 1.0), ("l3-hinge", 0.5), ("log-l2-hinge", 0.0)])
+def test_predict_equals_dense_reference(post, matcher_weight):
     X, Y, C = random_problem(L=20, K=5, seed=2)
-    ranker = LinearRanker.train(X, Y, C, tfn_mask(Y, C), RankerConfig(threshold=0.0, topk=4))
+    cfg = RankerConfig(threshold=0.0, topk=4, matcher_weight=matcher_weight)
+    ranker = LinearRanker.train(X, Y, C, tfn_mask(Y, C), cfg)
     rng = np.random.default_rng(0)
     top2 = np.argsort(rng.random((X.shape[0], 5)), axis=1)[:, :2]
     shortlist = sp.csr_matrix(
@@ -229,7 +246,7 @@ def test_predict_equals_dense_reference(post):
         shape=(X.shape[0], 5),
     )
     got = ranker.predict(X, shortlist, topk=4, post_processor=post)
-    want = brute_force(X, ranker.W, C, shortlist, post, 4)
+    want = brute_force(X, ranker.W, C, shortlist, post, 4, matcher_weight)
     assert np.all(np.diff(got.indptr) == 4)
     dense = got.toarray()
     stored = np.zeros_like(dense, dtype=bool)
@@ -333,6 +350,10 @@ def test_config_rejects_bad_values():
         RankerConfig(Cp=0)
     with pytest.raises(RankerError, match="beam_size"):
         RankerConfig(beam_size=0)
+    with pytest.raises(RankerError, match="matcher_weight"):
+        RankerConfig(matcher_weight=-1)
+    with pytest.raises(RankerError, match="matcher_weight"):
+        HierarchicalLinearConfig(matcher_weight=0.5)
 
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

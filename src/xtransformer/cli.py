@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -17,9 +18,28 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 
 
+class _DropAdverts(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+def _quiet_lightning_logging() -> None:
+    """Lightning gives its loggers their own console handler; Hydra's root handler already prints and
+    files every record, so without this each Lightning line appears twice."""
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.addFilter(_DropAdverts())
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropAdverts())
+
+
 @hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
 def _train(cfg: DictConfig) -> float | None:
+    import lightning.pytorch  # noqa: F401  (import first: it installs the handlers removed next)
+
     from xtransformer.pipeline.run import run
+
+    _quiet_lightning_logging()
 
     metrics = run(cfg)
     # the returned value is what Hydra sweepers optimise

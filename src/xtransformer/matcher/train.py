@@ -45,6 +45,7 @@ from xtransformer.matcher.inference import (
     predict_tokens,
     save_matcher_model,
 )
+from xtransformer.utils.dist import is_rank_zero, rank_label
 from xtransformer.utils.io import is_complete, load_csr, load_json, save_csr, save_json, save_npy, settings_key
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ def train_matcher(
 
     if _finished(out, infer_key):
         return MatcherOutputs.load(out)
-    if _is_launch_rank_zero():
+    if is_rank_zero():
         (out / OUTPUTS_FILE).unlink(missing_ok=True)  # stale outputs of other settings
 
     base = resolve_model(cfg.model_name_or_path, cfg.cache_dir, corpus=tiny_corpus(cfg, texts))
@@ -157,7 +158,7 @@ def train_matcher(
         loaded = load_matcher_model(model_dir)
         if not cfg.keep_checkpoints:
             shutil.rmtree(out / "checkpoints" / train_key, ignore_errors=True)
-    if not _is_launch_rank_zero():
+    if not is_rank_zero():
         return _wait_for_outputs(out, infer_key)
     return _write_predictions(cfg, trainer_cfg, loaded, dm, out, infer_key, facts)
 
@@ -172,6 +173,7 @@ def _fit(cfg: MatcherConfig, trainer_cfg: dict[str, Any], dm: MatcherDataModule,
     from lightning.pytorch.loggers import CSVLogger
 
     from xtransformer.matcher.module import MatcherModule
+    from xtransformer.matcher.progress import ProgressLog
 
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     module = MatcherModule(str(base), dm.num_clusters, pooling=cfg.pooling, lr=cfg.lr, head_lr=cfg.head_lr,
@@ -184,7 +186,7 @@ def _fit(cfg: MatcherConfig, trainer_cfg: dict[str, Any], dm: MatcherDataModule,
     kwargs.update(
         max_steps=cfg.max_steps, max_epochs=cfg.max_epochs, gradient_clip_val=cfg.grad_clip,
         accumulate_grad_batches=cfg.accumulate_grad_batches, limit_val_batches=cfg.limit_val_batches,
-        use_distributed_sampler=False, default_root_dir=str(out), callbacks=[checkpoint, *callbacks],
+        use_distributed_sampler=False, default_root_dir=str(out), callbacks=[checkpoint, ProgressLog(), *callbacks],
         logger=logger if logger is not None else CSVLogger(str(out), name="logs"),
     )
     if cfg.val_every_n_steps is not None:
@@ -321,15 +323,10 @@ def _model_matches(model_dir: Path, train_key: str) -> bool:
     return is_complete(model_dir) and meta.is_file() and load_json(meta).get("train_key") == train_key
 
 
-def _is_launch_rank_zero() -> bool:
-    """True in the process Lightning's DDP launcher started from (not in the ranks it re-launched)."""
-    return all(os.environ.get(k, "0") == "0" for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
-
-
 def _wait_for_outputs(out: Path, infer_key: str, poll_s: float = 1.0) -> MatcherOutputs:
     """Non-zero ranks: wait for rank 0 to finish writing (no collective: inference may be long)."""
     parent = os.getppid()
-    log.info("rank %s waits for matcher outputs in %s", os.environ.get("LOCAL_RANK"), out)
+    log.info("rank (%s) waits for matcher outputs in %s", rank_label(), out)
     while not _finished(out, infer_key):
         if os.getppid() != parent:
             raise RuntimeError(f"rank 0 exited before writing the matcher outputs to {out}")

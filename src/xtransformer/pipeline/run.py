@@ -9,7 +9,6 @@ writes the run folder: ``metrics.json``, ``predictions/{split}.npz``, ``truth/{s
 from __future__ import annotations
 
 import logging
-import os
 import resource
 import time
 from pathlib import Path
@@ -18,10 +17,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from xtransformer.data import DataConfig, TfidfConfig, load_dataset, tfidf_features
+from xtransformer.ensemble import METHODS as ENSEMBLE_METHODS
+from xtransformer.ensemble import ensemble_predictions
 from xtransformer.metrics import evaluate, format_metrics_table, propensity
 from xtransformer.pipeline import stages
 from xtransformer.pipeline.cache import StageCache
 from xtransformer.pipeline.loggers import build_loggers, log_final
+from xtransformer.utils.dist import is_rank_zero
 from xtransformer.utils.io import save_csr, save_json
 
 log = logging.getLogger(__name__)
@@ -33,11 +35,6 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def is_rank_zero() -> bool:
-    # Lightning's DDP launcher re-runs this script in child processes; they only help train.
-    return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
-
-
 def run(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
@@ -46,6 +43,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     method = cfg.method  # xtransformer | xrlinear
     if method not in ("xtransformer", "xrlinear"):
         raise ValueError(f"method must be 'xtransformer' or 'xrlinear', got {method!r}")
+    if cfg.combine_with_baseline not in (None, *ENSEMBLE_METHODS):
+        raise ValueError(f"combine_with_baseline must be one of {[*ENSEMBLE_METHODS, None]}, "
+                         f"got {cfg.combine_with_baseline!r}")
     matcher_cfg = stages.matcher_config(cfg.matcher) if method == "xtransformer" else None
     if matcher_cfg is not None:
         stages.check_model(matcher_cfg)  # fail before any data work if the encoder is missing
@@ -67,7 +67,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     results: dict[str, Any] = {}
     predictions: dict[str, Any] = {}
 
-    if cfg.baseline or method == "xrlinear":
+    if method == "xrlinear" and not is_rank_zero():
+        return {}  # nothing to help train (SLURM starts every task of a job from the top)
+    if (cfg.baseline and is_rank_zero()) or method == "xrlinear":
         base = stages.xrlinear(cache, ds, X, cfg)
         t = lap("xrlinear_train", t)
         predictions["xrlinear"] = base.predict(X[eval_split])
@@ -87,6 +89,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         predictions["xtransformer"] = stages.predict(ranker, X, mout, eval_split)
         t = lap("predict", t)
         results["xtransformer"] = evaluate(ds.splits[eval_split].Y, predictions["xtransformer"], inv_propensity=inv_prop)
+        if "xrlinear" in predictions and cfg.combine_with_baseline:
+            predictions["xtransformer+xrlinear"] = ensemble_predictions(
+                [predictions["xtransformer"], predictions["xrlinear"]], method=cfg.combine_with_baseline)
+            results["xtransformer+xrlinear"] = evaluate(ds.splits[eval_split].Y, predictions["xtransformer+xrlinear"],
+                                                        inv_propensity=inv_prop)
         results["matcher_cluster_recall"] = stages.cluster_recall(ds.splits[eval_split].Y, chain, mout.topb(eval_split))
         stages.plots(out_dir / "plots", ds, chain)
 
@@ -105,7 +112,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "dataset_summary": ds.summary(),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    write_run_outputs(out_dir, ds, predictions[main], eval_split, metrics)
+    write_run_outputs(out_dir, ds, predictions, main, eval_split, metrics)
     for name, res in results.items():
         if isinstance(res, dict) and "P@1" in res:
             log.info("%s on %s: %s", name, eval_split, format_metrics_table(res, REPORT_KEYS))
@@ -113,10 +120,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return metrics
 
 
-def write_run_outputs(out_dir: Path, ds, pred, split: str, metrics: dict[str, Any]) -> None:
-    """The files ``xtransformer.ensemble`` and the sweep aggregator read from a run folder."""
+def write_run_outputs(out_dir: Path, ds, predictions: dict[str, Any], main: str, split: str,
+                      metrics: dict[str, Any]) -> None:
+    """The files ``xtransformer.ensemble`` and the sweep aggregator read from a run folder:
+    ``predictions/{split}.npz`` is the main method's, ``predictions/{method}/{split}.npz`` each one's."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    save_csr(pred, out_dir / "predictions" / f"{split}.npz")
+    save_csr(predictions[main], out_dir / "predictions" / f"{split}.npz")
+    for name, pred in predictions.items():
+        save_csr(pred, out_dir / "predictions" / name / f"{split}.npz")
     save_csr(ds.splits[split].Y, out_dir / "truth" / f"{split}.npz")
     ds.vocab.save(out_dir / "label_vocab.txt")
     save_json(metrics, out_dir / "metrics.json")

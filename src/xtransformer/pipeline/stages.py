@@ -138,7 +138,7 @@ def ranker_features(rcfg: RankerConfig, X: sp.csr_matrix, emb: np.ndarray | None
 def ranker(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], mout: MatcherOutputs,
            chain: ClusterChain, cfg: DictConfig, matcher_key: str) -> LinearRanker:
     rcfg = _ranker_config(cfg)
-    train_settings = {k: v for k, v in dataclasses.asdict(rcfg).items() if k not in ("name", "post_processor", "beam_size", "topk", "threads")}
+    train_settings = {k: v for k, v in dataclasses.asdict(rcfg).items() if k not in ("name", "post_processor", "matcher_weight", "beam_size", "topk", "threads")}
     uses_matcher = rcfg.features != "tfidf" or "man" in rcfg.negatives
     key = settings_key("ranker", matcher_key if uses_matcher else None, _features_key(ds, cfg), train_settings,
                        _plain(cfg.indexing) if not uses_matcher else None)
@@ -167,7 +167,7 @@ def xrlinear(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], cfg
     """The TF-IDF-only hierarchical linear model on its own PIFA tree (PECOS XR-Linear's recipe)."""
     xcfg = HierarchicalLinearConfig(**_plain(cfg.xrlinear.model))
     icfg = IndexingConfig.from_mapping(_plain(cfg.xrlinear.indexing))
-    train_settings = {k: v for k, v in dataclasses.asdict(xcfg).items() if k not in ("name", "beam_size", "topk", "threads", "post_processor")}
+    train_settings = {k: v for k, v in dataclasses.asdict(xcfg).items() if k not in ("name", "beam_size", "topk", "threads", "post_processor", "matcher_weight")}
     nr_splits = int(cfg.xrlinear.nr_splits)
     key = settings_key("xrlinear", _features_key(ds, cfg), train_settings, dataclasses.asdict(icfg) | {"threads": None}, nr_splits)
 

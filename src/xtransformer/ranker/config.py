@@ -36,6 +36,9 @@ class RankerConfig:
     eps: float = 0.01  # stop a problem when ||grad|| <= eps * ||grad at w=0||
     max_cg_iter: int = 20  # conjugate-gradient steps per Newton iteration
     post_processor: str = "l3-hinge"  # noop | sigmoid | l1..l4-hinge | log-sigmoid | log-l1..l4-hinge
+    # weight w of the matcher's score: t(ranker) * t(matcher)^w (w * t(matcher) for log- post-processors);
+    # 1 = the paper, 0 = the ranker alone over the matcher's shortlist (prediction only, not trained)
+    matcher_weight: float = 1.0
     beam_size: int = 10  # clusters kept per level during beam search (PECOS default 10)
     topk: int = 20  # labels kept per document in the final predictions
     threads: int = 2  # torch threads for training and prediction; <= 0 means all cores
@@ -49,7 +52,7 @@ class RankerConfig:
         for key in ("Cp", "Cn", "eps"):
             if not float(getattr(self, key)) > 0:
                 raise RankerError(f"ranker config: `{key}` must be > 0, got {getattr(self, key)!r}")
-        for key in ("threshold", "neural_weight"):
+        for key in ("threshold", "neural_weight", "matcher_weight"):
             if not float(getattr(self, key)) >= 0:
                 raise RankerError(f"ranker config: `{key}` must be >= 0, got {getattr(self, key)!r}")
         for key in ("max_iter", "max_cg_iter", "beam_size", "topk", "batch_nnz"):
@@ -82,6 +85,9 @@ class HierarchicalLinearConfig(RankerConfig):
         super().__post_init__()
         if self.features != "tfidf":
             raise RankerError(f"hierarchical linear config: `features` must be 'tfidf', got {self.features!r}")
+        if self.matcher_weight != 1.0:
+            raise RankerError("hierarchical linear config: `matcher_weight` applies to the matcher's shortlist only; "
+                              f"leave it at 1.0, got {self.matcher_weight!r}")
 
 
 def _check_choice(cfg: Any, key: str, choices: tuple[str, ...]) -> None:

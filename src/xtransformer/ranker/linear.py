@@ -375,6 +375,7 @@ class LinearRanker:
         parents = Candidates.from_csr(shortlist)
         if not shortlist_transformed and post.rule != "child":
             parents.score = post.transform(parents.score)
+        parents.score = post.weight_parent(parents.score, self.config.matcher_weight)
         out = self.level.score(X, parents, post, topk or self.config.topk, self.config.n_threads)
         return out.to_csr(self.level.n_labels)
 

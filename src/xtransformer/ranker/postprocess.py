@@ -74,6 +74,15 @@ class PostProcessor:
         """The neutral parent score: what the root of a tree contributes."""
         return 1.0 if self.rule == "mul" else 0.0
 
+    def weight_parent(self, parent: np.ndarray, weight: float) -> np.ndarray:
+        """Parent scores (already transformed) weighted by ``weight``: ``p ** w`` for products, ``w * p`` for sums."""
+        parent = np.asarray(parent, dtype=np.float32)
+        if weight == 1.0 or self.rule == "child":
+            return parent
+        if self.rule == "mul":
+            return np.power(parent, np.float32(weight), dtype=np.float32)
+        return parent * np.float32(weight)
+
     def combine(self, child_raw: np.ndarray, parent: np.ndarray) -> np.ndarray:
         """Final score of children with raw scores ``child_raw`` under parents scored ``parent``."""
         child = self.transform(child_raw)
@@ -114,14 +123,16 @@ def combine_scores(
     matcher_scores: np.ndarray,
     post_processor: str | PostProcessor = "l3-hinge",
     matcher_transformed: bool = False,
+    matcher_weight: float = 1.0,
 ) -> np.ndarray:
     """Final scores from raw ranker scores and matcher (parent) scores, elementwise.
 
     ``matcher_transformed=False`` means the matcher scores are raw and get the same transform
-    first (e.g. ``sigmoid``: sigma(ranker) * sigma(matcher)).
+    first (e.g. ``sigmoid``: sigma(ranker) * sigma(matcher)); ``matcher_weight`` w then gives
+    t(ranker) * t(matcher) ** w.
     """
     pp = get_post_processor(post_processor)
     parent = np.asarray(matcher_scores, dtype=np.float32)
     if not matcher_transformed:
         parent = pp.transform(parent)
-    return pp.combine(np.asarray(ranker_scores, dtype=np.float32), parent)
+    return pp.combine(np.asarray(ranker_scores, dtype=np.float32), pp.weight_parent(parent, matcher_weight))

@@ -1,5 +1,7 @@
 """Finish a Table 5 sweep: build the ensembles of rows 7-9 per seed, then aggregate the table.
 
+Runs by itself at the end of ``sweeps/table5.yaml`` (a Hydra callback), or by hand:
+
     python -m xtransformer.suite.table5 outputs/table5/multiruns/<date> [--method average]
 
 Row 7: all indexings with XLNet; row 8: pifa_neural with all matchers; row 9: all x all
@@ -10,14 +12,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
 
 from xtransformer.ensemble import ensemble_runs
 from xtransformer.suite.aggregate import aggregate, scan_runs, to_markdown, write_report
 from xtransformer.utils.io import save_json
+
+log = logging.getLogger(__name__)
 
 # Table 5 ensembles by the (indexing, matcher family) pairs of their members
 ROWS = {
@@ -71,17 +79,34 @@ def build_ensembles(sweep: Path, method: str = "average") -> list[Path]:
     return made
 
 
+def finish(sweep: Path, method: str = "average") -> str:
+    """Build the ensembles of rows 7-9, then write ``results.{md,csv,png}`` into the sweep folder."""
+    made = build_ensembles(sweep, method)
+    log.info("table 5: built %d ensemble(s) in %s", len(made), sweep / "ensembles")
+    table = aggregate(scan_runs([sweep]).rows)
+    paths = write_report(table, sweep)
+    log.info("table 5: %s", paths["md"])
+    return to_markdown(table)
+
+
+class FinishTable5(Callback):
+    """Hydra callback of ``sweeps/table5.yaml``: when the grid's last run ends, finish the table,
+    so the whole of Table 5 is one command."""
+
+    def __init__(self, method: str = "average") -> None:
+        self.method = method
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        print(finish(Path(config.hydra.sweep.dir), self.method))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m xtransformer.suite.table5", description=__doc__.split("\n")[0])
     ap.add_argument("sweep", type=Path)
     ap.add_argument("--method", default="average", choices=("average", "rank-average", "softmax-average"))
     args = ap.parse_args(argv)
-    made = build_ensembles(args.sweep, args.method)
-    print(f"built {len(made)} ensemble(s)", file=sys.stderr)
-    rows = scan_runs([args.sweep]).rows
-    table = aggregate(rows)
-    write_report(table, args.sweep)
-    print(to_markdown(table))
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    print(finish(args.sweep, args.method))
     return 0
 
 
