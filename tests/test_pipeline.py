@@ -186,3 +186,20 @@ def test_ddp_from_hydra_entry_point_one_run_folder(tmp_path):
     assert sorted(metrics["stages"]["ran"]) == ["indexing", "matcher", "ranker", "xrlinear"]
     stage_dirs = [p for p in (tmp_path / "cache" / "stages").glob("*/*") if p.is_dir()]
     assert len(stage_dirs) == 4  # each stage built once, not once per rank
+
+
+@pytest.mark.slow
+def test_submitit_launcher_runs_members_as_jobs(tmp_path):
+    """`hydra/launcher=submitit_local` submits each member as a job through submitit, the same code
+    path as `hydra/launcher=slurm` minus the scheduler: the pipeline runs there end to end."""
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    sweep = tmp_path / "sweep"
+    cmd = [
+        sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
+        *TINY, "baseline=false", f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}", "seed=0",
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    metrics = json.loads((sweep / "0" / "metrics.json").read_text())
+    assert metrics["results"]["xtransformer"]["n_docs"] == 400
+    assert any((sweep / ".submitit").rglob("*_result.pkl"))  # it really went through submitit
