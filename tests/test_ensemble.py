@@ -91,6 +91,19 @@ def test_command_line_writes_predictions_and_metrics(tmp_path):
     assert metrics["P@1"] == pytest.approx(50.0)  # doc 0: label 1 on top (hit); doc 1: label 2 (miss)
 
 
+def test_member_can_name_a_method_of_its_run(tmp_path):
+    """RUN_DIR:xrlinear takes predictions/xrlinear/ of that run (the TF-IDF-only model every run trains)."""
+    vocab = ["a", "b", "c", "7"]
+    make_run(tmp_path / "r1", A, vocab, csr([{1: 1.0}, {3: 1.0}]))
+    save_csr(B, tmp_path / "r1" / "predictions" / "xrlinear" / "dev.npz")
+    out = tmp_path / "ens"
+    assert main([str(tmp_path / "r1"), f"{tmp_path / 'r1'}:xrlinear", "--out", str(out)]) == 0
+    assert_rows(load_csr(out / "predictions" / "dev.npz"), [{0: 0.45, 1: 0.6, 3: 0.1}, {2: 0.5, 3: 0.4}])
+    assert json.loads((out / "ensemble.json").read_text())["members"][1].endswith("r1:xrlinear")
+    with pytest.raises(EnsembleError, match="from method 'nope'"):
+        ensemble_runs([tmp_path / "r1", f"{tmp_path / 'r1'}:nope"], tmp_path / "o2", "average", splits=["dev"])
+
+
 def test_explicit_truth_file(tmp_path):
     vocab = ["a", "b", "c", "d"]
     make_run(tmp_path / "r1", A, vocab)

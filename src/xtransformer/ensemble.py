@@ -9,9 +9,10 @@ the same, top-``topk`` per row. Entries a run did not store count as 0 in every 
   whose scores live on different scales.
 * ``softmax-average``: each run's stored entries of a row go through a softmax, then the mean.
 
-Command line (each run folder holds ``predictions/{split}.npz`` and ``label_vocab.txt``)::
+Command line (each run folder holds ``predictions/{split}.npz`` and ``label_vocab.txt``;
+``RUN_DIR:METHOD`` takes that run's ``predictions/METHOD/{split}.npz``, e.g. ``RUN_DIR:xrlinear``)::
 
-    python -m xtransformer.ensemble RUN_DIR [RUN_DIR ...] --method average --out DIR \\
+    python -m xtransformer.ensemble RUN_DIR [RUN_DIR[:METHOD] ...] --method average --out DIR \\
         [--split dev] [--topk 20] [--truth Y.npz]
 
 writes ``DIR/predictions/{split}.npz``, ``DIR/label_vocab.txt``, ``DIR/ensemble.json`` and, with
@@ -105,15 +106,31 @@ def read_vocab(run: Path) -> list[str]:
     return path.read_text().splitlines()
 
 
-def read_predictions(run: Path, split: str) -> sp.csr_matrix:
-    path = run / "predictions" / f"{split}.npz"
+def parse_member(spec: str | Path) -> tuple[Path, str | None]:
+    """``RUN_DIR`` (the run's main predictions) or ``RUN_DIR:METHOD`` (``predictions/METHOD/``, e.g.
+    ``xrlinear``, the TF-IDF-only model every run also trains)."""
+    text = str(spec)
+    if ":" in text and not Path(text).is_dir():
+        run, method = text.rsplit(":", 1)
+        return Path(run), method
+    return Path(text), None
+
+
+def predictions_dir(run: Path, method: str | None = None) -> Path:
+    return run / "predictions" / method if method else run / "predictions"
+
+
+def read_predictions(run: Path, split: str, method: str | None = None) -> sp.csr_matrix:
+    path = predictions_dir(run, method) / f"{split}.npz"
     if not path.is_file():
-        raise EnsembleError(f"{path}: missing; run {run} has no predictions for split {split!r}")
+        raise EnsembleError(f"{path}: missing; run {run} has no predictions for split {split!r}"
+                            + (f" from method {method!r}" if method else ""))
     return load_csr(path)
 
 
-def common_splits(runs: Sequence[Path]) -> list[str]:
-    sets = [{p.stem for p in (r / "predictions").glob("*.npz")} for r in runs]
+def common_splits(runs: Sequence[Path], methods: Sequence[str | None] | None = None) -> list[str]:
+    methods = list(methods) if methods is not None else [None] * len(runs)
+    sets = [{p.stem for p in predictions_dir(r, m).glob("*.npz")} for r, m in zip(runs, methods)]
     common = sorted(set.intersection(*sets)) if sets else []
     if not common:
         raise EnsembleError(f"ensemble: no split has predictions/<split>.npz in every run of {[str(r) for r in runs]}")
@@ -145,26 +162,29 @@ def load_truth(runs: Sequence[Path], split: str, truth: Path | None) -> sp.csr_m
 
 
 def ensemble_runs(
-    runs: Sequence[Path], out: Path, method: str, topk: int = 20, splits: Sequence[str] | None = None, truth: Path | None = None
+    runs: Sequence[str | Path], out: Path, method: str, topk: int = 20, splits: Sequence[str] | None = None,
+    truth: Path | None = None,
 ) -> dict[str, dict[str, float]]:
     """Ensemble the predictions of run folders into ``out``; return the metrics per split."""
     from xtransformer.metrics import evaluate  # imports torch(metrics): only needed here
 
-    runs = [Path(r) for r in runs]
+    members = [parse_member(r) for r in runs]
+    runs, methods = [m[0] for m in members], [m[1] for m in members]
     for r in runs:
         if not r.is_dir():
             raise EnsembleError(f"{r}: run folder not found")
     vocab = check_vocabs(runs)
-    splits = list(splits) if splits else common_splits(runs)
+    splits = list(splits) if splits else common_splits(runs, methods)
     if truth is not None and len(splits) != 1:
         raise EnsembleError(f"--truth gives one ground truth but {len(splits)} splits are selected ({splits}); pass --split")
     results: dict[str, dict[str, float]] = {}
     with atomic_dir(out) as tmp:
         for split in splits:
-            preds = [read_predictions(r, split) for r in runs]
-            for r, p in zip(runs, preds):
+            preds = [read_predictions(r, split, m) for r, m in zip(runs, methods)]
+            for r, m, p in zip(runs, methods, preds):
                 if p.shape[1] != len(vocab):
-                    raise EnsembleError(f"{r}/predictions/{split}.npz: {p.shape[1]} label columns but {len(vocab)} labels in label_vocab.txt")
+                    raise EnsembleError(f"{predictions_dir(r, m) / f'{split}.npz'}: {p.shape[1]} label columns but "
+                                        f"{len(vocab)} labels in label_vocab.txt")
             combined = ensemble_predictions(preds, method, topk)
             save_csr(combined, tmp / "predictions" / f"{split}.npz")
             Y = load_truth(runs, split, truth)
@@ -177,13 +197,18 @@ def ensemble_runs(
                 log.warning("ensemble: no ground truth for split %r (pass --truth); metrics skipped", split)
         with atomic_path(tmp / "label_vocab.txt") as p:
             p.write_text("\n".join(vocab) + "\n")
-        save_json({"runs": [str(r) for r in runs], "method": method, "topk": topk, "splits": splits}, tmp / "ensemble.json")
+        save_json({"runs": [str(r) for r in runs], "members": [str(r) for r in members_spec(members)], "method": method, "topk": topk, "splits": splits}, tmp / "ensemble.json")
     return results
+
+
+def members_spec(members: Sequence[tuple[Path, str | None]]) -> list[str]:
+    return [f"{r}:{m}" if m else str(r) for r, m in members]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m xtransformer.ensemble", description="Ensemble the predictions of several runs.")
-    ap.add_argument("runs", nargs="+", type=Path, help="run folders holding predictions/{split}.npz and label_vocab.txt")
+    ap.add_argument("runs", nargs="+", help="run folders holding predictions/{split}.npz and label_vocab.txt; "
+                    "RUN_DIR:METHOD takes predictions/METHOD/{split}.npz instead (e.g. RUN_DIR:xrlinear)")
     ap.add_argument("--method", choices=METHODS, default="average")
     ap.add_argument("--out", type=Path, required=True, help="output folder")
     ap.add_argument("--topk", type=int, default=20)
