@@ -46,6 +46,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if cfg.combine_with_baseline not in (None, *ENSEMBLE_METHODS):
         raise ValueError(f"combine_with_baseline must be one of {[*ENSEMBLE_METHODS, None]}, "
                          f"got {cfg.combine_with_baseline!r}")
+    if cfg.combine_with_baseline and not cfg.baseline and method == "xtransformer":
+        log.warning("combine_with_baseline=%s needs baseline=true; no combined result this run", cfg.combine_with_baseline)
     matcher_cfg = stages.matcher_config(cfg.matcher) if method == "xtransformer" else None
     if matcher_cfg is not None:
         stages.check_model(matcher_cfg)  # fail before any data work if the encoder is missing
