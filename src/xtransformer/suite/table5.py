@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from xtransformer.ensemble import ensemble_runs
+from xtransformer.ensemble import METHODS, ensemble_runs
 from xtransformer.suite.aggregate import aggregate, scan_runs, to_markdown, write_report
 from xtransformer.utils.io import save_json
 
@@ -103,7 +103,7 @@ class FinishTable5(Callback):
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m xtransformer.suite.table5", description=__doc__.split("\n")[0])
     ap.add_argument("sweep", type=Path)
-    ap.add_argument("--method", default="average", choices=("average", "rank-average", "softmax-average"))
+    ap.add_argument("--method", default="average", choices=METHODS)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     print(finish(args.sweep, args.method))
