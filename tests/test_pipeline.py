@@ -203,3 +203,17 @@ def test_submitit_launcher_runs_members_as_jobs(tmp_path):
     metrics = json.loads((sweep / "0" / "metrics.json").read_text())
     assert metrics["results"]["xtransformer"]["n_docs"] == 400
     assert any((sweep / ".submitit").rglob("*_result.pkl"))  # it really went through submitit
+
+
+@pytest.mark.parametrize("env,zero", [({}, True), ({"LOCAL_RANK": "0", "NODE_RANK": "0"}, True),
+                                      ({"LOCAL_RANK": "1"}, False), ({"SLURM_PROCID": "3"}, False),
+                                      ({"RANK": "2"}, False), ({"SLURM_PROCID": "0"}, True)])
+def test_rank_zero_under_lightning_and_slurm(monkeypatch, env, zero):
+    """Only rank 0 builds stages: Lightning's re-launched ranks and SLURM's other tasks only help train."""
+    from xtransformer.utils.dist import is_rank_zero
+
+    for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert is_rank_zero() is zero
