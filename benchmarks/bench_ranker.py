@@ -50,6 +50,12 @@ def load_inputs(work: Path) -> dict[str, sp.csr_matrix]:
     return {f"{m}_{s}": sp.load_npz(work / f"{m}_{s}.npz").tocsr() for m in ("X", "Y") for s in SPLITS}
 
 
+def timing_fields(t_index: float, t_train: float, c_train: float, t_pred: float, n_docs: int, chain: list) -> dict:
+    """The measurements both workers report, under the same keys."""
+    return {"index_s": t_index, "train_s": t_train, "train_cpu_s": c_train, "predict_s": t_pred,
+            "predict_docs_per_s": n_docs / t_pred, "level_sizes": [int(c.shape[0]) for c in chain]}
+
+
 def write_result(work: Path, name: str, result: dict, pred: sp.csr_matrix, chain: list | None = None) -> None:
     sp.save_npz(work / f"{name}_pred.npz", sp.csr_matrix(pred), compressed=False)
     if chain is not None:
@@ -82,16 +88,8 @@ def pecos_worker(work: Path, threads: int, beam: int, topk: int) -> None:
     pred = fast.predict(Xd, beam_size=beam, only_topk=topk, threads=threads)
     t_pred = time.perf_counter() - t0
     n_w = sum(int(m.W.nnz) for m in model.model.model_chain)
-    result = {
-        "library": "pecos",
-        "index_s": t_index,
-        "train_s": t_train,
-        "train_cpu_s": c_train,
-        "predict_s": t_pred,
-        "predict_docs_per_s": Xd.shape[0] / t_pred,
-        "level_sizes": [int(c.shape[0]) for c in chain],
-        "weights_nnz": n_w,
-    }
+    result = {"library": "pecos", **timing_fields(t_index, t_train, c_train, t_pred, Xd.shape[0], chain),
+              "weights_nnz": n_w}
     write_result(work, "pecos", result, pred, chain=list(chain))
 
 
@@ -117,12 +115,7 @@ def ours_worker(work: Path, threads: int, beam: int, topk: int, config: str | No
     result = {
         "library": "xtransformer",
         "chain": chain_source,
-        "index_s": t_index,
-        "train_s": t_train,
-        "train_cpu_s": c_train,
-        "predict_s": t_pred,
-        "predict_docs_per_s": Xd.shape[0] / t_pred,
-        "level_sizes": [int(c.shape[0]) for c in chain],
+        **timing_fields(t_index, t_train, c_train, t_pred, Xd.shape[0], chain),
         "weights_nnz": model.n_weights,
         "train_stats": model.train_stats,
         "config": vars(cfg),
