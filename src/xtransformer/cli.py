@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
+
+from xtransformer.errors import UserError
 
 # Offline-safe defaults for this workplace; users override them in their environment.
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -41,7 +44,13 @@ def _train(cfg: DictConfig) -> float | None:
 
     _quiet_lightning_logging()
 
-    metrics = run(cfg)
+    try:
+        metrics = run(cfg)
+    except UserError as err:  # a bad setting or input: its message says what to fix, no traceback
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        logging.getLogger("xtransformer").error("%s", err)
+        sys.exit(f"error: {err}")
     # the returned value is what Hydra sweepers optimise
     return metrics.get("metrics", {}).get("P@1") if metrics else None
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
+from xtransformer.errors import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError):
     """Bad or missing input data. The message names the file and, where known, the line."""
 
     def __init__(self, message: str, path: str | os.PathLike | None = None, line: int | None = None):

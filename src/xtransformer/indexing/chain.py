@@ -116,9 +116,16 @@ class ClusterChain:
         PECOS's ``from_partial_chain(C, nr_splits=B)`` does for a binary tree: K = 64, B = 16 ->
         ``[4 x 1, 64 x 4, L x 64]``). Skipped levels are composed away.
         """
-        if not isinstance(branching, (int, np.integer)) or branching < 2:
+        kept = self.subsampled_levels([1] + [m.shape[0] for m in self._chain], branching)
+        mats = [_compose(self._chain[u:v]) for u, v in zip(kept[:-1], kept[1:])]
+        return ClusterChain(mats)
+
+    @staticmethod
+    def subsampled_levels(sizes: Sequence[int], branching: int) -> list[int]:
+        """The levels :meth:`subsample` keeps, from the node counts of levels 0 (root) .. D+1
+        (labels) alone, so a plan can be checked before any tree is built."""
+        if not isinstance(branching, (int, np.integer)) or isinstance(branching, bool) or branching < 2:
             raise IndexingError(f"subsample: `branching` must be an int >= 2, got {branching!r}")
-        sizes = [1] + [m.shape[0] for m in self._chain]  # node counts of levels 0 (root) .. D+1 (labels)
         depth = len(sizes) - 2  # level index of the leaf clusters
         kept = [depth + 1, depth]
         cur = depth
@@ -130,9 +137,7 @@ class ClusterChain:
             cur = max(fits)
             kept.append(cur)
         kept.append(0)
-        kept.reverse()
-        mats = [_compose(self._chain[u:v]) for u, v in zip(kept[:-1], kept[1:])]
-        return ClusterChain(mats)
+        return kept[::-1]
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod

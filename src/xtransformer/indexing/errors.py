@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from xtransformer.errors import UserError
 
-class IndexingError(ValueError):
+
+class IndexingError(UserError):
     """Bad input to label indexing: the message names the argument, config key or file at fault."""

@@ -69,6 +69,16 @@ class TokenizedTexts:
             out["token_type_ids"] = torch.from_numpy(types)
         return out
 
+    def take(self, rows: np.ndarray) -> "TokenizedTexts":
+        """The texts of ``rows``, in that order (a sample to evaluate on)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts = self.offsets[rows]
+        lengths = self.offsets[rows + 1] - starts
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        src = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
+        return TokenizedTexts(ids=self.ids[src], offsets=offsets, pad_id=self.pad_id, left_pad=self.left_pad,
+                              type_ids=self.type_ids[src] if self.type_ids is not None else None)
+
     def save(self, path: str | os.PathLike) -> None:
         arrays = {"ids": self.ids, "offsets": self.offsets,
                   "meta": np.array(json.dumps({"pad_id": self.pad_id, "left_pad": self.left_pad}))}
@@ -186,11 +196,17 @@ class _IndexDataset(Dataset):
 
 
 class Collator:
-    """Rows → padded tokens + dense target rows (only the batch is densified). Picklable."""
+    """Rows → padded tokens + dense target rows (only the batch is densified). Picklable.
 
-    def __init__(self, tokens: TokenizedTexts, targets: sp.csr_matrix | None) -> None:
+    ``masks`` are further sparse row-aligned matrices served as dense boolean rows under their
+    names (XR-Transformer's teacher-forcing shortlist).
+    """
+
+    def __init__(self, tokens: TokenizedTexts, targets: sp.csr_matrix | None,
+                 masks: Mapping[str, sp.csr_matrix] | None = None) -> None:
         self.tokens = tokens
         self.targets = targets
+        self.masks = dict(masks or {})
 
     def __call__(self, rows: list[int]) -> dict[str, torch.Tensor]:
         idx = np.asarray(rows, dtype=np.int64)
@@ -198,6 +214,8 @@ class Collator:
         batch["rows"] = torch.from_numpy(idx)
         if self.targets is not None:
             batch["targets"] = torch.from_numpy(self.targets[idx].toarray())
+        for name, mat in self.masks.items():
+            batch[name] = torch.from_numpy(mat[idx].toarray() != 0)
         return batch
 
 
@@ -280,6 +298,8 @@ class MatcherDataModule(pl.LightningDataModule):
         self.cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
         self.tokens: dict[str, TokenizedTexts] = {}
         self.targets: dict[str, sp.csr_matrix] = {}
+        self.masks: dict[str, dict[str, sp.csr_matrix]] = {}  # per split: extra row masks for the collator
+        self.seed = cfg.seed  # of the batch order (XR-Transformer gives every level its own)
         self._train_sampler: EpochSampler | None = None
         self._resume: dict[str, int] | None = None
 
@@ -318,14 +338,15 @@ class MatcherDataModule(pl.LightningDataModule):
         # A private generator: creating a loader iterator otherwise draws from the global torch RNG,
         # and a resumed run (which creates one more iterator) would get other dropout masks.
         generator = torch.Generator()
-        generator.manual_seed(self.cfg.seed)
+        generator.manual_seed(self.seed)
         return DataLoader(_IndexDataset(len(self.tokens[split])), batch_size=batch_size, sampler=sampler,
-                          collate_fn=Collator(self.tokens[split], self.targets.get(split)), generator=generator,
+                          collate_fn=Collator(self.tokens[split], self.targets.get(split), self.masks.get(split)),
+                          generator=generator,
                           num_workers=self.cfg.num_workers, persistent_workers=self.cfg.num_workers > 0)
 
     def train_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
-        sampler = EpochSampler(len(self.tokens[self.train_split]), shuffle=True, seed=self.cfg.seed,
+        sampler = EpochSampler(len(self.tokens[self.train_split]), shuffle=True, seed=self.seed,
                                rank=rank, world_size=world, pad=True)
         if self._resume is not None:
             sampler.resume(self._resume["epoch"], self._resume["batches_done"] * self.cfg.batch_size)
@@ -337,7 +358,7 @@ class MatcherDataModule(pl.LightningDataModule):
         if not self.val_split:
             return []
         rank, world = self._rank_world()
-        sampler = EpochSampler(len(self.tokens[self.val_split]), shuffle=False, seed=self.cfg.seed,
+        sampler = EpochSampler(len(self.tokens[self.val_split]), shuffle=False, seed=self.seed,
                                rank=rank, world_size=world, pad=False)
         return self._loader(self.val_split, sampler, self.cfg.eval_batch_size)
 

@@ -127,14 +127,14 @@ def train_matcher(
     cfg = cfg if isinstance(cfg, MatcherConfig) else MatcherConfig.from_dict(dict(cfg))
     trainer_cfg = dict(trainer_cfg or {})
     check_model_available(cfg.model_name_or_path, cfg.cache_dir)  # first: fail before any data work
-    _check_trainer_cfg(trainer_cfg)
+    check_trainer_cfg(trainer_cfg)
     _check_inputs(texts, Y, C)
     out = Path(out_dir)
     val = val_split if val_split and val_split in texts and val_split in Y else None
     fingerprints = {split: texts_fingerprint(t) for split, t in texts.items()}
     train_key, infer_key = _settings_keys(cfg, trainer_cfg, fingerprints, Y, C, val)
 
-    if _finished(out, infer_key):
+    if outputs_finished(out, infer_key):
         return MatcherOutputs.load(out)
     if is_rank_zero():
         (out / OUTPUTS_FILE).unlink(missing_ok=True)  # stale outputs of other settings
@@ -153,14 +153,14 @@ def train_matcher(
         trainer, module, facts = _fit(cfg, trainer_cfg, dm, base, out, train_key, logger, callbacks)
         if not trainer.is_global_zero:
             return _wait_for_outputs(out, infer_key)
-        meta = _model_meta(cfg, trainer_cfg, module, base, train_key, facts["global_step"])
+        meta = matcher_meta(cfg, trainer_cfg, module, base, train_key, facts["global_step"])
         save_matcher_model(module.encoder, module.head, dm.load_tokenizer(), meta, model_dir)
         loaded = load_matcher_model(model_dir)
         if not cfg.keep_checkpoints:
             shutil.rmtree(out / "checkpoints" / train_key, ignore_errors=True)
     if not is_rank_zero():
         return _wait_for_outputs(out, infer_key)
-    return _write_predictions(cfg, trainer_cfg, loaded, dm, out, infer_key, facts)
+    return write_matcher_outputs(cfg, trainer_cfg, loaded, dm, out, infer_key, facts)
 
 
 # --------------------------------------------------------------------------- training
@@ -169,22 +169,35 @@ def train_matcher(
 def _fit(cfg: MatcherConfig, trainer_cfg: dict[str, Any], dm: MatcherDataModule, base: Path, out: Path,
          train_key: str, logger: Any, callbacks: Sequence[Any]) -> tuple[Any, Any, dict[str, Any]]:
     import lightning.pytorch as pl
-    from lightning.pytorch.callbacks import ModelCheckpoint
-    from lightning.pytorch.loggers import CSVLogger
 
     from xtransformer.matcher.module import MatcherModule
-    from xtransformer.matcher.progress import ProgressLog
 
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     module = MatcherModule(str(base), dm.num_clusters, pooling=cfg.pooling, lr=cfg.lr, head_lr=cfg.head_lr,
                            weight_decay=cfg.weight_decay, adam_eps=cfg.adam_eps, warmup_ratio=cfg.warmup_ratio,
                            topb=cfg.topb, with_token_types=dm.tokens[TRAIN_SPLIT].type_ids is not None)
-    ckpt_dir = out / "checkpoints" / train_key
+    facts = fit_resumable(cfg, trainer_cfg, module, dm, out, out / "checkpoints" / train_key, cfg.max_steps,
+                          logger, callbacks)
+    return facts.pop("trainer"), module, facts
+
+
+def fit_resumable(cfg: MatcherConfig, trainer_cfg: Mapping[str, Any], module: Any, dm: Any, out: Path,
+                  ckpt_dir: Path, max_steps: int, logger: Any = None, callbacks: Sequence[Any] = (),
+                  resume: bool = True) -> dict[str, Any]:
+    """``trainer.fit`` with the matcher's Trainer settings, checkpointing to ``ckpt_dir`` every
+    ``cfg.checkpoint_every_n_steps`` and resuming from its ``last.ckpt`` (the single-level matcher
+    and every XR-Transformer level train through here)."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import CSVLogger
+
+    from xtransformer.matcher.progress import ProgressLog
+
     checkpoint = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0, enable_version_counter=False,
                                  every_n_train_steps=cfg.checkpoint_every_n_steps)
     kwargs = dict(trainer_cfg)
     kwargs.update(
-        max_steps=cfg.max_steps, max_epochs=cfg.max_epochs, gradient_clip_val=cfg.grad_clip,
+        max_steps=max_steps, max_epochs=cfg.max_epochs, gradient_clip_val=cfg.grad_clip,
         accumulate_grad_batches=cfg.accumulate_grad_batches, limit_val_batches=cfg.limit_val_batches,
         use_distributed_sampler=False, default_root_dir=str(out), callbacks=[checkpoint, ProgressLog(), *callbacks],
         logger=logger if logger is not None else CSVLogger(str(out), name="logs"),
@@ -194,33 +207,32 @@ def _fit(cfg: MatcherConfig, trainer_cfg: dict[str, Any], dm: MatcherDataModule,
                       check_val_every_n_epoch=None)
     trainer = pl.Trainer(**kwargs)
     last = ckpt_dir / "last.ckpt"
-    resume = str(last) if last.is_file() else None
+    ckpt_path = str(last) if resume and last.is_file() else None
     start = time.perf_counter()
-    trainer.fit(module, datamodule=dm, ckpt_path=resume)
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     if trainer.interrupted:
         raise RuntimeError(f"matcher training was interrupted; call again to resume from {last}")
-    facts = {"train_seconds": time.perf_counter() - start, "global_step": int(module.trained_steps),
-             "resumed_from": resume,
-             "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()}}
-    return trainer, module, facts
+    return {"trainer": trainer, "train_seconds": time.perf_counter() - start, "global_step": int(module.trained_steps),
+            "resumed_from": ckpt_path,
+            "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()}}
 
 
-def _model_meta(cfg: MatcherConfig, trainer_cfg: dict[str, Any], module: Any, base: Path, train_key: str,
+def matcher_meta(cfg: MatcherConfig, trainer_cfg: dict[str, Any], module: Any, base: Path, train_key: str,
                 global_step: int) -> dict[str, Any]:
     return {**cfg.to_dict(), "pooling_resolved": module.pooling, "num_clusters": module.head.out_features,
             "hidden_size": module.head.in_features, "model_type": module.encoder.config.model_type,
             "base_model": str(base), "train_key": train_key, "global_step": int(global_step),
-            "inference_precision_resolved": _inference_precision(cfg, trainer_cfg)}
+            "inference_precision_resolved": inference_precision(cfg, trainer_cfg)}
 
 
 # --------------------------------------------------------------------------- inference and artifacts
 
 
-def _write_predictions(cfg: MatcherConfig, trainer_cfg: dict[str, Any], loaded: LoadedMatcher,
+def write_matcher_outputs(cfg: MatcherConfig, trainer_cfg: dict[str, Any], loaded: LoadedMatcher,
                        dm: MatcherDataModule, out: Path, infer_key: str, facts: dict[str, Any]) -> MatcherOutputs:
     device = _inference_device(trainer_cfg)
     encoder, head = loaded.encoder.to(device), loaded.head.to(device)
-    precision = _inference_precision(cfg, trainer_cfg)
+    precision = inference_precision(cfg, trainer_cfg)
     outputs = MatcherOutputs(out_dir=out, splits=tuple(dm.tokens))
     recall: dict[str, float] = {}
     speed: dict[str, float] = {}
@@ -251,7 +263,7 @@ def topb_recall(topb: sp.csr_matrix, targets: sp.csr_matrix) -> float:
     return float((hits[has] / positives[has]).mean()) if has.any() else float("nan")
 
 
-def _inference_precision(cfg: MatcherConfig, trainer_cfg: Mapping[str, Any]) -> str:
+def inference_precision(cfg: MatcherConfig, trainer_cfg: Mapping[str, Any]) -> str:
     return str(cfg.inference_precision or trainer_cfg.get("precision") or "32")
 
 
@@ -265,7 +277,7 @@ def _inference_device(trainer_cfg: Mapping[str, Any]) -> torch.device:
 # --------------------------------------------------------------------------- bookkeeping
 
 
-def _check_trainer_cfg(trainer_cfg: Mapping[str, Any]) -> None:
+def check_trainer_cfg(trainer_cfg: Mapping[str, Any]) -> None:
     clash = sorted(set(trainer_cfg) & set(_OWNED_TRAINER_KEYS))
     if clash:
         where = ", ".join(f"trainer.{k} (set by matcher.{_OWNED_TRAINER_KEYS[k]})" for k in clash)
@@ -308,12 +320,12 @@ def _settings_keys(cfg: MatcherConfig, trainer_cfg: Mapping[str, Any], fingerpri
     train_key = settings_key(cfg.training_settings(), dist, fingerprints[TRAIN_SPLIT], csr_fingerprint(Y[TRAIN_SPLIT]),
                              csr_fingerprint(C))
     infer_key = settings_key(train_key, cfg.topb, cfg.save_embeddings_dtype, cfg.normalize_embeddings,
-                             _inference_precision(cfg, trainer_cfg), dict(fingerprints),
+                             inference_precision(cfg, trainer_cfg), dict(fingerprints),
                              {s: csr_fingerprint(y) for s, y in Y.items() if s in fingerprints}, val)
     return train_key, infer_key
 
 
-def _finished(out: Path, infer_key: str) -> bool:
+def outputs_finished(out: Path, infer_key: str) -> bool:
     marker = out / OUTPUTS_FILE
     return marker.is_file() and load_json(marker).get("key") == infer_key
 
@@ -327,7 +339,7 @@ def _wait_for_outputs(out: Path, infer_key: str, poll_s: float = 1.0) -> Matcher
     """Non-zero ranks: wait for rank 0 to finish writing (no collective: inference may be long)."""
     parent = os.getppid()
     log.info("rank (%s) waits for matcher outputs in %s", rank_label(), out)
-    while not _finished(out, infer_key):
+    while not outputs_finished(out, infer_key):
         if os.getppid() != parent:
             raise RuntimeError(f"rank 0 exited before writing the matcher outputs to {out}")
         time.sleep(poll_s)

@@ -28,6 +28,7 @@ from xtransformer.utils.io import save_csr, save_json
 
 log = logging.getLogger(__name__)
 
+METHODS = ("xtransformer", "xrtransformer", "xrlinear")
 REPORT_KEYS = ("P@1", "P@3", "P@5", "R@1", "R@3", "R@5", "nDCG@5", "PSP@5")
 
 
@@ -40,15 +41,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     timings: dict[str, float] = {}
     out_dir = Path(cfg.paths.output_dir)
     cache = StageCache(Path(cfg.paths.cache_dir), enabled=bool(cfg.cache))
-    method = cfg.method  # xtransformer | xrlinear
-    if method not in ("xtransformer", "xrlinear"):
-        raise ValueError(f"method must be 'xtransformer' or 'xrlinear', got {method!r}")
+    method = cfg.method  # xtransformer | xrtransformer | xrlinear
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     if cfg.combine_with_baseline not in (None, *ENSEMBLE_METHODS):
         raise ValueError(f"combine_with_baseline must be one of {[*ENSEMBLE_METHODS, None]}, "
                          f"got {cfg.combine_with_baseline!r}")
-    if cfg.combine_with_baseline and not cfg.baseline and method == "xtransformer":
+    if cfg.combine_with_baseline and not cfg.baseline and method != "xrlinear":
         log.warning("combine_with_baseline=%s needs baseline=true; no combined result this run", cfg.combine_with_baseline)
-    matcher_cfg = stages.matcher_config(cfg.matcher) if method == "xtransformer" else None
+    neural = method != "xrlinear"
+    matcher_cfg = stages.matcher_config(cfg.matcher) if neural else None
+    xr_cfg = stages.xrtransformer_config(cfg) if method == "xrtransformer" else None
     if matcher_cfg is not None:
         stages.check_model(matcher_cfg)  # fail before any data work if the encoder is missing
 
@@ -60,6 +63,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     t = time.perf_counter()
     ds = load_dataset(DataConfig(**OmegaConf.to_container(cfg.data, resolve=True)), cache_dir=cfg.paths.cache_dir)
     log.info("dataset %s: %s", ds.name, {s: len(v) for s, v in ds.splits.items()})
+    if xr_cfg is not None:  # the level plan needs only the label count: check it before TF-IDF
+        sizes = stages.xr_plan(len(ds.vocab), stages.indexing_config(cfg), xr_cfg, matcher_cfg)
+        log.info("xrtransformer: fine-tuning %d levels of %s clusters, steps %s", len(sizes), sizes,
+                 [s["steps"] for s in matcher_cfg.level_schedule(len(sizes))])
     t = lap("load_data", t)
     X = tfidf_features(ds, TfidfConfig(**OmegaConf.to_container(cfg.tfidf, resolve=True)), cache_dir=cfg.paths.cache_dir)
     t = lap("tfidf", t)
@@ -78,10 +85,27 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         t = lap("xrlinear_predict", t)
         results["xrlinear"] = evaluate(ds.splits[eval_split].Y, predictions["xrlinear"], inv_propensity=inv_prop)
 
-    if method == "xtransformer":
+    levels: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {}
+    if neural:
         embed_fn = stages.pretrained_embedder(matcher_cfg, cfg, ds)
         chain, index_key = stages.index(cache, ds, X, cfg, embed_fn)
         t = lap("indexing", t)
+
+    if method == "xrtransformer":
+        final, tuned = stages.xrtransformer(cache, ds, X, chain, matcher_cfg, xr_cfg, cfg, index_key, loggers)
+        t = lap("xrtransformer_train", t)
+        if final is None:
+            return {}  # ranks > 0 only helped fine-tune
+        predictions["xrtransformer"] = stages.predict_xrtransformer(final, xr_cfg, X, tuned, eval_split)
+        t = lap("predict", t)
+        results["xrtransformer"] = evaluate(ds.splits[eval_split].Y, predictions["xrtransformer"], inv_propensity=inv_prop)
+        levels = tuned.levels
+        extra["xrtransformer"] = {"finetune_s": round(sum(lv["seconds"] for lv in levels), 3),  # as trained
+                                  "encode_docs_per_s": tuned.outputs.metrics.get("inference_docs_per_s", {})}
+        stages.plots(out_dir / "plots", ds, chain)
+
+    if method == "xtransformer":
         mout, matcher_key = stages.matcher(cache, ds, chain, matcher_cfg, cfg, index_key, loggers)
         t = lap("matcher", t)
         if not is_rank_zero():
@@ -91,15 +115,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         predictions["xtransformer"] = stages.predict(ranker, X, mout, eval_split)
         t = lap("predict", t)
         results["xtransformer"] = evaluate(ds.splits[eval_split].Y, predictions["xtransformer"], inv_propensity=inv_prop)
-        if "xrlinear" in predictions and cfg.combine_with_baseline:
-            predictions["xtransformer+xrlinear"] = ensemble_predictions(
-                [predictions["xtransformer"], predictions["xrlinear"]], method=cfg.combine_with_baseline)
-            results["xtransformer+xrlinear"] = evaluate(ds.splits[eval_split].Y, predictions["xtransformer+xrlinear"],
-                                                        inv_propensity=inv_prop)
         results["matcher_cluster_recall"] = stages.cluster_recall(ds.splits[eval_split].Y, chain, mout.topb(eval_split))
         stages.plots(out_dir / "plots", ds, chain)
 
-    main = "xtransformer" if method == "xtransformer" else "xrlinear"
+    main = method
+    if neural and "xrlinear" in predictions and cfg.combine_with_baseline:
+        both = f"{main}+xrlinear"
+        predictions[both] = ensemble_predictions([predictions[main], predictions["xrlinear"]],
+                                                 method=cfg.combine_with_baseline)
+        results[both] = evaluate(ds.splits[eval_split].Y, predictions[both], inv_propensity=inv_prop)
     timings["total"] = round(time.perf_counter() - t0, 3)
     metrics = {
         "method": method,
@@ -108,6 +132,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "seed": int(cfg.seed),
         "metrics": results[main],
         "results": results,
+        "levels": levels,  # XR-Transformer: clusters, steps, seconds and eval cluster recall per level
+        **extra,
         "timings_s": timings,
         "peak_rss_gib": round(peak_rss_gib(), 3),
         "stages": {"ran": cache.ran(), "reused": cache.reused()},

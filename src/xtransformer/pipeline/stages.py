@@ -25,6 +25,9 @@ from xtransformer.pipeline.cache import StageCache
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, LinearRanker, RankerConfig, concat_features
 from xtransformer.ranker.negatives import binarize, negative_mask
 from xtransformer.utils.io import load_json, save_json, settings_key
+from xtransformer.ranker.postprocess import get_post_processor
+from xtransformer.ensemble import ensemble_predictions
+from xtransformer.xrtransformer import XRTransformerConfig, XRTransformerConfigError
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +72,13 @@ def pretrained_embedder(mcfg: MatcherConfig | None, cfg: DictConfig, ds: XMCData
     return embed
 
 
+def indexing_config(cfg: DictConfig) -> IndexingConfig:
+    return IndexingConfig.from_mapping(_plain(cfg.indexing))
+
+
 def index(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], cfg: DictConfig,
           embed_fn: EmbedFn | None) -> tuple[ClusterChain, str]:
-    icfg = IndexingConfig.from_mapping(_plain(cfg.indexing))
+    icfg = indexing_config(cfg)
     encoder = None
     if embed_fn is not None:  # neural representations, and the text-neighbour fallback of orphan labels
         m = _plain(cfg.matcher)
@@ -163,11 +170,20 @@ def predict(model: LinearRanker, X: dict[str, sp.csr_matrix], mout: MatcherOutpu
 
 
 # ------------------------------------------------------------------------------------ TF-IDF-only path
+def linear_train_settings(lcfg: HierarchicalLinearConfig) -> dict[str, Any]:
+    """The settings that shape a hierarchical linear model's weights: all but the prediction-only
+    ones, except that matcher-aware negatives come from the model's own beam (its width and scores)."""
+    predict_only = {"name", "topk", "threads", "matcher_weight"}
+    if "man" not in lcfg.negatives:
+        predict_only |= {"beam_size", "post_processor"}
+    return {k: v for k, v in dataclasses.asdict(lcfg).items() if k not in predict_only}
+
+
 def xrlinear(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], cfg: DictConfig) -> HierarchicalLinear:
     """The TF-IDF-only hierarchical linear model on its own PIFA tree (PECOS XR-Linear's recipe)."""
     xcfg = HierarchicalLinearConfig(**_plain(cfg.xrlinear.model))
     icfg = IndexingConfig.from_mapping(_plain(cfg.xrlinear.indexing))
-    train_settings = {k: v for k, v in dataclasses.asdict(xcfg).items() if k not in ("name", "beam_size", "topk", "threads", "post_processor", "matcher_weight")}
+    train_settings = linear_train_settings(xcfg)
     nr_splits = int(cfg.xrlinear.nr_splits)
     key = settings_key("xrlinear", _features_key(ds, cfg), train_settings, dataclasses.asdict(icfg) | {"threads": None}, nr_splits)
 
@@ -181,6 +197,91 @@ def xrlinear(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], cfg
     model = HierarchicalLinear.load(folder / "model")
     model.config = xcfg
     return model
+
+
+# ------------------------------------------------------------------------------------ XR-Transformer
+def xrtransformer_config(cfg: DictConfig) -> XRTransformerConfig:
+    return XRTransformerConfig.from_mapping(_plain(cfg.xrtransformer))
+
+
+def xr_plan(n_labels: int, icfg: IndexingConfig, xcfg: XRTransformerConfig, mcfg: MatcherConfig) -> list[int]:
+    """Cluster counts of the levels XR-Transformer will fine-tune, from the label count and the
+    settings alone (the tree's shape does not depend on the data), so that a schedule that does not
+    name every level, or a first level above ``max_match_clusters``, fails before any data work."""
+    from xtransformer.indexing.kmeans import resolve_n_clusters, tree_levels
+    from xtransformer.xrtransformer import XRTransformerConfigError
+
+    k = resolve_n_clusters(n_labels, icfg.n_clusters, icfg.max_leaf_size)
+    sizes = [1] + [lv.n_nodes for lv in tree_levels(n_labels, k, icfg.branching)[1:]] + [n_labels]
+    tree = [sizes[i] for i in ClusterChain.subsampled_levels(sizes, xcfg.nr_splits)[1:]]
+    matched = []
+    for size in tree:
+        if size > xcfg.max_match_clusters:
+            break
+        matched.append(size)
+    if not matched:
+        raise XRTransformerConfigError(
+            f"xrtransformer.max_match_clusters={xcfg.max_match_clusters}: the tree's first level has {tree[0]} "
+            "clusters, so no level would be fine-tuned (raise it, or lower xrtransformer.nr_splits)")
+    matched = matched[-1:] if xcfg.levels == "last" else matched
+    mcfg.level_schedule(len(matched))  # raises naming matcher.level_* when the lists do not fit
+    return matched
+
+
+def xrtransformer(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], chain: ClusterChain,
+                  mcfg: MatcherConfig, xcfg: XRTransformerConfig, cfg: DictConfig, index_key: str,
+                  loggers: list[Any]) -> tuple[HierarchicalLinear | None, Any]:
+    """Fine-tune the encoder level by level, embed every split, train the final linear tree model
+    on TF-IDF ⊕ embeddings. Returns ``(final model, fine-tuning result)``; ranks > 0 get no model."""
+    from xtransformer.utils.dist import is_rank_zero
+    from xtransformer.xrtransformer.train import fine_tune
+
+    tcfg = _trainer_kwargs(cfg)
+    tree = chain.subsample(xcfg.nr_splits)
+    key = settings_key("xrtransformer", index_key, mcfg.training_settings(levels=False), xcfg.training_settings(),
+                       {k: str(tcfg.get(k)) for k in ("accelerator", "devices", "num_nodes", "strategy", "precision")})
+    tuned = fine_tune(mcfg, xcfg, tcfg, texts={s: split.texts for s, split in ds.splits.items()},
+                      Y={s: split.Y for s, split in ds.splits.items()}, chain=list(tree), cache=cache, base_key=key,
+                      eval_split=ds.eval_split, logger=loggers or None)
+    if not is_rank_zero():
+        return None, tuned
+    fcfg = xcfg.final
+    final_key = settings_key("xrfinal", tuned.key, _features_key(ds, cfg), fcfg.features, fcfg.tree, fcfg.nr_splits,
+                             dataclasses.asdict(fcfg.indexing) | {"threads": None}, linear_train_settings(fcfg.model))
+
+    def build(tmp: Path) -> None:
+        from xtransformer.xrtransformer.model import final_features
+
+        train = ds.splits["train"]
+        feats = final_features(fcfg.features, X["train"], tuned.outputs.embeddings("train"), fcfg.model.neural_weight)
+        final_tree = tree
+        if fcfg.tree == "recluster":  # PIFA on the final features, as PECOS's refined indexer
+            final_tree, report = build_index(fcfg.indexing, train.Y, X_train_tfidf=feats, label_ids=ds.vocab.ids)
+            save_json(report, tmp / "index_report.json")
+            final_tree = final_tree.subsample(fcfg.nr_splits)
+        HierarchicalLinear.train(feats, train.Y, list(final_tree), fcfg.model).save(tmp / "model")
+
+    folder = cache.run("xrfinal", final_key, build, settings={"final": dataclasses.asdict(fcfg)})
+    model = HierarchicalLinear.load(folder / "model")
+    model.config = fcfg.model  # prediction-time options (beam, top-k, post-processor) come from this run
+    return model, tuned
+
+
+def predict_xrtransformer(model: HierarchicalLinear, xcfg: XRTransformerConfig, X: dict[str, sp.csr_matrix],
+                          tuned: Any, split: str) -> sp.csr_matrix:
+    from xtransformer.xrtransformer.model import final_features
+
+    feats = final_features(xcfg.final.features, X[split], tuned.outputs.embeddings(split), model.config.neural_weight)
+    pred = model.predict(feats)
+    if xcfg.final.combine_head is None:
+        return pred
+    head = tuned.outputs.topb(split)  # the last fine-tuned level's top-b scores
+    if head.shape != pred.shape:
+        raise XRTransformerConfigError(
+            f"xrtransformer.final.combine_head={xcfg.final.combine_head!r}: the last fine-tuned level has "
+            f"{head.shape[1]} clusters, not the {pred.shape[1]} labels (raise xrtransformer.max_match_clusters)")
+    head.data = get_post_processor(model.config.post_processor).transform(head.data)  # the linear scores' scale
+    return ensemble_predictions([pred, head], method=xcfg.final.combine_head, topk=model.config.topk)
 
 
 # ------------------------------------------------------------------------------------ reports

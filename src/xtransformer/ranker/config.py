@@ -74,7 +74,9 @@ class HierarchicalLinearConfig(RankerConfig):
 
     Same fields as :class:`RankerConfig` (the label tree comes from the indexing stage);
     ``negatives`` applies at every level below the root, ``man`` meaning the model's own
-    beam at the parent level.
+    beam at the parent level. ``features`` records what the model reads: ``tfidf`` (XR-Linear) or
+    ``tfidf+neural`` (XR-Transformer's final model: TF-IDF ⊕ fine-tuned embeddings, built by the
+    caller with ``concat_features`` and ``neural_weight``).
     """
 
     name: str = "xrlinear"
@@ -83,8 +85,6 @@ class HierarchicalLinearConfig(RankerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.features != "tfidf":
-            raise RankerError(f"hierarchical linear config: `features` must be 'tfidf', got {self.features!r}")
         if self.matcher_weight != 1.0:
             raise RankerError("hierarchical linear config: `matcher_weight` applies to the matcher's shortlist only; "
                               f"leave it at 1.0, got {self.matcher_weight!r}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from xtransformer.errors import UserError
 
-class RankerError(ValueError):
+
+class RankerError(UserError):
     """Bad ranker input, config value or model folder; the message names the argument/key/file."""

@@ -1,0 +1,126 @@
+"""XR-Transformer ablations: each variant is one `python train.py` run; the table is read from
+the runs' metrics.json (quality on the eval split, fine-tuning seconds, predict docs/s).
+
+    python benchmarks/bench_xrtransformer.py --experiment eurlex57k_xr               # every variant
+    python benchmarks/bench_xrtransformer.py --experiment eurlex57k_xr --variants full,neural_only,same_tree
+    python benchmarks/bench_xrtransformer.py --data reuters21578 --variants full,one_level,fresh,dense
+    python benchmarks/bench_xrtransformer.py --rerender benchmarks/results/xrtransformer-eurlex57k.json
+
+Runs share one stage cache (``--cache-dir``), so variants that differ only in the final linear
+model (``neural_only``, ``same_tree``) reuse the fine-tuned encoder of ``full``; their fine-tuning
+seconds are those of the run that trained it. ``predict docs/s`` is end to end for a new text:
+encoding (the embedding pass's rate on the eval split) plus the linear model's beam search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+# name -> (what it tests, overrides on top of the base run)
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "full": ("multi-level, inherited heads, shortlist loss, TF-IDF ⊕ neural, re-clustered tree", []),
+    "one_level": ("one level (the finest, dense loss) with the same total steps", ["xrtransformer.levels=last"]),
+    "fresh": ("fresh (random) heads at every level", ["xrtransformer.bootstrap=fresh"]),
+    "weighted_linear": ("heads solved on the previous level's embeddings (eq. 11)",
+                        ["xrtransformer.bootstrap=weighted-linear"]),
+    "dense": ("dense loss over every cluster of each level", ["xrtransformer.shortlist=false"]),
+    "neural_only": ("final features: fine-tuned embeddings alone", ["xrtransformer.final.features=neural"]),
+    "same_tree": ("final model on the fine-tuning tree (no re-clustering)", ["xrtransformer.final.tree=same"]),
+}
+
+
+def total_steps(overrides: list[str], probe: list[str]) -> int | None:
+    """The run's total steps (for `one_level`, which must train as many steps on one level)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[*probe, *overrides])
+    steps = cfg.matcher.level_steps
+    return int(sum(steps)) if steps is not None else int(cfg.matcher.max_steps)
+
+
+def run_variant(name: str, base: list[str], cache_dir: Path, out_root: Path) -> dict:
+    why, extra = VARIANTS[name]
+    overrides = [*base, *extra]
+    if name == "one_level":
+        overrides.append(f"matcher.level_steps=[{total_steps(base, [])}]")
+    out = out_root / name
+    cmd = [sys.executable, str(ROOT / "train.py"), *overrides, f"paths.cache_dir={cache_dir}",
+           f"paths.output_dir={out}", "logger=csv"]
+    print("$", " ".join(cmd[1:]), flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"})
+    if proc.returncode != 0:
+        raise SystemExit(f"variant {name} failed (exit {proc.returncode})")
+    m = json.loads((out / "metrics.json").read_text())
+    res = m["results"]["xrtransformer"]
+    n_eval = m["dataset_summary"]["splits"][m["eval_split"]]["docs"] if "splits" in m["dataset_summary"] else None
+    enc = m.get("xrtransformer", {}).get("encode_docs_per_s", {}).get(m["eval_split"])
+    search_s = m["timings_s"].get("predict")
+    docs_s = None
+    if enc and search_s and n_eval:
+        docs_s = 1.0 / (1.0 / enc + search_s / n_eval)
+    row = {"variant": name, "what": why, "overrides": extra, "P@1": res["P@1"], "P@3": res["P@3"], "P@5": res["P@5"],
+           "R@5": res.get("R@5"), "finetune_s": sum(lv["seconds"] for lv in m["levels"]),
+           "levels": [(lv["clusters"], lv["steps"], lv.get(next((k for k in lv if k.startswith("eval_recall")), ""), None))
+                      for lv in m["levels"]],
+           "predict_docs_s": docs_s, "run_wall_s": time.perf_counter() - start, "peak_rss_gib": m["peak_rss_gib"],
+           "combined_P@1": m["results"].get("xrtransformer+xrlinear", {}).get("P@1"),
+           "xrlinear_P@1": m["results"].get("xrlinear", {}).get("P@1")}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def render(rows: list[dict], title: str, command: str) -> str:
+    lines = [f"# {title}", "", f"`{command}`", "",
+             "| variant | P@1 | P@3 | P@5 | R@5 | fine-tuning s | predict docs/s | levels (clusters, steps, eval recall) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        docs = f"{r['predict_docs_s']:.0f}" if r.get("predict_docs_s") else "–"
+        levels = "; ".join(f"{c}/{s}/{rec}" for c, s, rec in r["levels"])
+        lines.append(f"| {r['variant']}: {r['what']} | {r['P@1']:.2f} | {r['P@3']:.2f} | {r['P@5']:.2f} | "
+                     f"{r['R@5']:.2f} | {r['finetune_s']:.0f} | {docs} | {levels} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--experiment", help="experiment config, e.g. eurlex57k_xr")
+    ap.add_argument("--data", help="data config when no experiment is given (method=xrtransformer)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {list(VARIANTS)}")
+    ap.add_argument("--override", action="append", default=[], help="extra Hydra override (repeatable)")
+    ap.add_argument("--cache-dir", type=Path, default=ROOT / "benchmarks" / "work" / "xrtransformer" / "cache")
+    ap.add_argument("--tag", default=None, help="result file suffix (default: experiment or data name)")
+    ap.add_argument("--rerender", type=Path, help="print the table of a saved JSON result")
+    args = ap.parse_args()
+    if args.rerender:
+        saved = json.loads(args.rerender.read_text())
+        print(render(saved["rows"], saved["title"], saved["command"]))
+        return
+    base = [f"experiment={args.experiment}"] if args.experiment else ["method=xrtransformer"] + (
+        [f"data={args.data}"] if args.data else [])
+    base += args.override
+    tag = args.tag or args.experiment or args.data or "reuters21578"
+    out_root = ROOT / "benchmarks" / "work" / "xrtransformer" / tag
+    rows = [run_variant(v, base, args.cache_dir, out_root) for v in args.variants.split(",")]
+    command = "python benchmarks/bench_xrtransformer.py " + " ".join(sys.argv[1:])
+    title = f"XR-Transformer ablations ({tag}, eval split of the run)"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"xrtransformer-{tag}.json").write_text(json.dumps({"title": title, "command": command, "rows": rows},
+                                                                  indent=2) + "\n")
+    table = render(rows, title, command)
+    (RESULTS / f"xrtransformer-{tag}.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

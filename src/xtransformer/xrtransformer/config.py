@@ -1,0 +1,133 @@
+"""XR-Transformer settings, mirrored one-to-one by ``configs/xrtransformer/*.yaml``.
+
+The encoder, batch shape and per-level schedule (steps, learning rate, warmup) come from the
+matcher config (``MatcherConfig.level_schedule``); this record holds what is particular to
+multi-resolution fine-tuning and to the final linear model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+from xtransformer.errors import UserError
+from xtransformer.indexing import IndexingConfig
+from xtransformer.ranker.config import HierarchicalLinearConfig
+
+LEVELS = ("all", "last")
+BOOTSTRAPS = ("inherit", "weighted-linear", "fresh")
+IMPORTANCE = ("counts", "normalized", "none")
+SHORTLIST_NEGATIVES = ("tfn", "man", "tfn+man")
+FINAL_FEATURES = ("tfidf+neural", "neural")
+FINAL_TREES = ("recluster", "same")
+HEAD_COMBINATIONS = ("average", "rank-average", "softmax-average")  # xtransformer.ensemble.METHODS
+
+
+class XRTransformerConfigError(UserError):
+    """A bad ``xrtransformer.*`` setting (the message names the key)."""
+
+
+@dataclass
+class FinalModelConfig:
+    """The linear tree model XR-Transformer predicts with: TF-IDF ⊕ fine-tuned embeddings."""
+
+    features: str = "tfidf+neural"  # tfidf+neural | neural (ablation: embeddings alone)
+    tree: str = "recluster"  # recluster: PIFA on the final features; same: the fine-tuning tree
+    nr_splits: int = 16  # branching of the re-clustered tree as the linear model sees it
+    indexing: IndexingConfig = field(default_factory=lambda: IndexingConfig(max_leaf_size=100))
+    model: HierarchicalLinearConfig = field(default_factory=lambda: HierarchicalLinearConfig(features="tfidf+neural"))
+    # prediction only: also rank with the fine-tuned label-level head, combined with the linear
+    # model's scores by this ensemble method (null: the linear model alone, as the paper); needs the
+    # label level among the fine-tuned levels
+    combine_head: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.indexing, Mapping):
+            self.indexing = IndexingConfig.from_mapping(dict(self.indexing))
+        if isinstance(self.model, Mapping):
+            self.model = HierarchicalLinearConfig(**dict(self.model))
+        _choice("final.features", self.features, FINAL_FEATURES)
+        _choice("final.tree", self.tree, FINAL_TREES)
+        if self.combine_head is not None:
+            _choice("final.combine_head", self.combine_head, HEAD_COMBINATIONS)
+        if not _is_int(self.nr_splits) or self.nr_splits < 2:
+            raise XRTransformerConfigError(f"xrtransformer.final.nr_splits={self.nr_splits!r}: must be an int >= 2")
+        if self.model.features != "tfidf+neural" and self.features == "tfidf+neural":
+            raise XRTransformerConfigError(
+                f"xrtransformer.final.model.features={self.model.features!r}: the final model reads "
+                "TF-IDF ⊕ embeddings, set it to 'tfidf+neural'")
+
+
+@dataclass
+class XRTransformerConfig:
+    """Multi-resolution fine-tuning over the label tree (Zhang et al., NeurIPS 2021)."""
+
+    # the label tree: the indexing chain seen with this branching (ClusterChain.subsample)
+    nr_splits: int = 16
+    # fine-tune every level with at most this many clusters (the label level too when L fits)
+    max_match_clusters: int = 32768
+    # all: every matched level, coarse to fine; last: only the finest one, from the pretrained
+    # encoder with a dense loss (the ablation "one level" of multi-resolution fine-tuning)
+    levels: str = "all"
+    # each level's head starts from: inherit (W_t = C_t W_{t-1}), weighted-linear (a linear model
+    # solved on the previous level's embeddings), or fresh (random; the ablation)
+    bootstrap: str = "inherit"
+    bootstrap_docs: int = 20000  # training documents embedded for weighted-linear (0: all)
+    # positive weights of the squared hinge: counts (R = Y C_t, PECOS), normalized (R / |R|_1,
+    # the paper's eq. 9), none (plain squared hinge)
+    importance: str = "counts"
+    neg_weight: float = 1.0  # alpha: the weight of a shortlisted negative
+    # loss on a shortlist of clusters per document (true: eq. 8) or on all K_t (false: ablation)
+    shortlist: bool = True
+    negatives: str = "tfn+man"  # shortlist: children of the true parents, of the predicted ones, or both
+    only_topk: int = 5  # predicted parents whose children enter the shortlist (matcher-aware)
+    eval_docs: int | None = 2000  # eval-split documents for each level's cluster recall; null: all
+    final: FinalModelConfig = field(default_factory=FinalModelConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.final, Mapping):
+            self.final = FinalModelConfig(**dict(self.final))
+        _choice("levels", self.levels, LEVELS)
+        _choice("bootstrap", self.bootstrap, BOOTSTRAPS)
+        _choice("importance", self.importance, IMPORTANCE)
+        _choice("negatives", self.negatives, SHORTLIST_NEGATIVES)
+        for key, low in (("nr_splits", 2), ("max_match_clusters", 1), ("only_topk", 1), ("bootstrap_docs", 0)):
+            value = getattr(self, key)
+            if not _is_int(value) or value < low:
+                raise XRTransformerConfigError(f"xrtransformer.{key}={value!r}: must be an int >= {low}")
+        if self.eval_docs is not None and (not _is_int(self.eval_docs) or self.eval_docs < 1):
+            raise XRTransformerConfigError(f"xrtransformer.eval_docs={self.eval_docs!r}: must be an int >= 1 or null")
+        if not (isinstance(self.neg_weight, (int, float)) and self.neg_weight > 0):
+            raise XRTransformerConfigError(f"xrtransformer.neg_weight={self.neg_weight!r}: must be a number > 0")
+
+    def training_settings(self) -> dict[str, Any]:
+        """What determines the fine-tuned encoder (the per-level cache keys); the final model's
+        settings key only the final stage, and ``eval_docs`` only reports."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("final", "eval_docs")}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "XRTransformerConfig":
+        values = dict(values)
+        _check_keys("xrtransformer", values, cls)
+        final = dict(values.pop("final", {}) or {})
+        _check_keys("xrtransformer.final", final, FinalModelConfig)
+        return cls(**values, final=FinalModelConfig(**final))
+
+
+def _check_keys(where: str, values: Mapping[str, Any], cls: type) -> None:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise XRTransformerConfigError(f"unknown {where} key(s) {unknown}; known: {sorted(known)}")
+
+
+def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise XRTransformerConfigError(f"xrtransformer.{key}={value!r}: expected one of {list(choices)}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
