@@ -4,7 +4,7 @@ the runs' metrics.json (quality on the eval split, fine-tuning seconds, predict 
     python benchmarks/bench_xrtransformer.py --experiment eurlex57k_xr               # every variant
     python benchmarks/bench_xrtransformer.py --experiment eurlex57k_xr --variants full,neural_only,same_tree
     python benchmarks/bench_xrtransformer.py --data reuters21578 --variants full,one_level,fresh,dense
-    python benchmarks/bench_xrtransformer.py --rerender benchmarks/results/xrtransformer-eurlex57k.json
+    python benchmarks/bench_xrtransformer.py --rerender A.json B.json --out table.md   # rows of several runs
 
 Runs share one stage cache (``--cache-dir``), so variants that differ only in the final linear
 model (``neural_only``, ``same_tree``) reuse the fine-tuned encoder of ``full``; their fine-tuning
@@ -35,6 +35,12 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "dense": ("dense loss over every cluster of each level", ["xrtransformer.shortlist=false"]),
     "neural_only": ("final features: fine-tuned embeddings alone", ["xrtransformer.final.features=neural"]),
     "same_tree": ("final model on the fine-tuning tree (no re-clustering)", ["xrtransformer.final.tree=same"]),
+    "head_average": ("prediction also averages the label-level head's scores (final.combine_head)",
+                     ["xrtransformer.final.combine_head=average"]),
+    "threshold_0.001": ("final model pruned at abs(w) < 0.001 (PECOS's XR-Transformer ranker) instead of 0.1",
+                        ["xrtransformer.final.model.threshold=0.001"]),
+    "threshold_0.01": ("final model pruned at abs(w) < 0.01", ["xrtransformer.final.model.threshold=0.01"]),
+    "final_man": ("final model trained on TFN + matcher-aware negatives", ["xrtransformer.final.model.negatives=tfn+man"]),
 }
 
 
@@ -100,11 +106,16 @@ def main() -> None:
     ap.add_argument("--override", action="append", default=[], help="extra Hydra override (repeatable)")
     ap.add_argument("--cache-dir", type=Path, default=ROOT / "benchmarks" / "work" / "xrtransformer" / "cache")
     ap.add_argument("--tag", default=None, help="result file suffix (default: experiment or data name)")
-    ap.add_argument("--rerender", type=Path, help="print the table of a saved JSON result")
+    ap.add_argument("--rerender", type=Path, nargs="+", help="print the table of saved JSON results (rows concatenated)")
+    ap.add_argument("--out", type=Path, help="with --rerender: also write the table here")
     args = ap.parse_args()
     if args.rerender:
-        saved = json.loads(args.rerender.read_text())
-        print(render(saved["rows"], saved["title"], saved["command"]))
+        saved = [json.loads(f.read_text()) for f in args.rerender]
+        rows = [r for one in saved for r in one["rows"]]
+        table = render(rows, saved[0]["title"], "; ".join(one["command"] for one in saved))
+        if args.out:
+            args.out.write_text(table)
+        print(table)
         return
     base = [f"experiment={args.experiment}"] if args.experiment else ["method=xrtransformer"] + (
         [f"data={args.data}"] if args.data else [])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,6 +183,8 @@ def _train_level(mcfg: MatcherConfig, xcfg: XRTransformerConfig, trainer_cfg: di
         lg.log_metrics({f"level{level.index}/{k}": v for k, v in recall.items()}, step=int(sched["steps"]))
     meta = matcher_meta(mcfg, trainer_cfg, module, encoder_path, key, facts["global_step"]) | {"level": report}
     save_matcher_model(module.encoder, module.head, dm.load_tokenizer(), meta, folder)
+    if not mcfg.keep_checkpoints:  # the level folder is the resume point from here on
+        shutil.rmtree(work / "checkpoints", ignore_errors=True)
 
 
 def level_loggers(logger: Any, offset: int) -> list[Any] | None:
