@@ -117,7 +117,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(RankerError, match="labels"):
         HierarchicalLinear.train(X, Y[:, :10], chain)
     with pytest.raises(RankerError, match="features"):
-        HierarchicalLinearConfig(features="tfidf+neural")
+        HierarchicalLinearConfig(features="neural")  # tfidf+neural is XR-Transformer's final model
     model = HierarchicalLinear.train(X, Y, chain)
     with pytest.raises(RankerError, match="features"):
         model.predict(X[:, :20])

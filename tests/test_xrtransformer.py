@@ -138,7 +138,7 @@ def test_level_schedule_and_bad_settings():
     with pytest.raises(XRTransformerConfigError, match=r"xrtransformer\.final\.features"):
         XRTransformerConfig.from_mapping({"final": {"features": "tfidf"}})
     with pytest.raises(XRTransformerConfigError, match=r"unknown xrtransformer key"):
-        XRTransformerConfig.from_mapping({"levels": 3})
+        XRTransformerConfig.from_mapping({"depth": 3})
 
 
 def test_level_plan_matches_the_built_tree():
