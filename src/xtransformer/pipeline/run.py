@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from xtransformer.data import DataConfig, TfidfConfig, load_dataset, tfidf_features
 from xtransformer.ensemble import METHODS as ENSEMBLE_METHODS
 from xtransformer.ensemble import ensemble_predictions
+from xtransformer.indexing import check_copies_fit
 from xtransformer.metrics import evaluate, format_metrics_table, propensity
 from xtransformer.pipeline import stages
 from xtransformer.pipeline.cache import StageCache
@@ -48,6 +49,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                          f"got {cfg.combine_with_baseline!r}")
     if cfg.combine_with_baseline and not cfg.baseline and method == "xtransformer":
         log.warning("combine_with_baseline=%s needs baseline=true; no combined result this run", cfg.combine_with_baseline)
+    index_cfgs = stages.indexing_configs(cfg, method)  # bad indexing settings fail before any data work
     matcher_cfg = stages.matcher_config(cfg.matcher) if method == "xtransformer" else None
     if matcher_cfg is not None:
         stages.check_model(matcher_cfg)  # fail before any data work if the encoder is missing
@@ -60,6 +62,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     t = time.perf_counter()
     ds = load_dataset(DataConfig(**OmegaConf.to_container(cfg.data, resolve=True)), cache_dir=cfg.paths.cache_dir)
     log.info("dataset %s: %s", ds.name, {s: len(v) for s, v in ds.splits.items()})
+    for where, icfg in index_cfgs.items():  # λ against K, known once the label count is
+        check_copies_fit(icfg, ds.n_labels, where)
     t = lap("load_data", t)
     X = tfidf_features(ds, TfidfConfig(**OmegaConf.to_container(cfg.tfidf, resolve=True)), cache_dir=cfg.paths.cache_dir)
     t = lap("tfidf", t)
@@ -67,6 +71,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     eval_split = ds.eval_split
     inv_prop = propensity(ds.splits["train"].Y)
     results: dict[str, Any] = {}
+    index: dict[str, Any] = {}  # n_copies and overlap of each method's leaf level (the main one at the top)
     predictions: dict[str, Any] = {}
 
     if method == "xrlinear" and not is_rank_zero():
@@ -77,6 +82,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         predictions["xrlinear"] = base.predict(X[eval_split])
         t = lap("xrlinear_predict", t)
         results["xrlinear"] = evaluate(ds.splits[eval_split].Y, predictions["xrlinear"], inv_propensity=inv_prop)
+        index = {"xrlinear": stages.index_section(index_cfgs["xrlinear.indexing"].n_copies, base.chain[-1])}
 
     if method == "xtransformer":
         embed_fn = stages.pretrained_embedder(matcher_cfg, cfg, ds)
@@ -98,6 +104,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                                                         inv_propensity=inv_prop)
         results["matcher_cluster_recall"] = stages.cluster_recall(ds.splits[eval_split].Y, chain, mout.topb(eval_split))
         stages.plots(out_dir / "plots", ds, chain)
+        index = {**stages.index_section(index_cfgs["indexing"].n_copies, chain.leaf_assignment), **index}
 
     main = "xtransformer" if method == "xtransformer" else "xrlinear"
     timings["total"] = round(time.perf_counter() - t0, 3)
@@ -108,6 +115,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "seed": int(cfg.seed),
         "metrics": results[main],
         "results": results,
+        "index": index if method == "xtransformer" else index["xrlinear"],
         "timings_s": timings,
         "peak_rss_gib": round(peak_rss_gib(), 3),
         "stages": {"ran": cache.ran(), "reused": cache.reused()},
