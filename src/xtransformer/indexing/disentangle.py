@@ -125,9 +125,10 @@ def _refill_empty_clusters(row, col, rank, C: sp.csr_matrix, counts: sp.spmatrix
     """Give every leaf cluster left without labels back one of its own labels (see the module doc)."""
     K = C.shape[1]
     Cc = C.tocsc()
+    had_labels = np.diff(Cc.indptr) > 0  # a cluster empty from the start has nothing to take back
     counts = sp.csr_matrix(counts)
     for _ in range(C.shape[0]):  # rounds, not labels: each round restores current pairs only, so it ends
-        empty = np.flatnonzero(np.bincount(col, minlength=K) == 0)
+        empty = np.flatnonzero((np.bincount(col, minlength=K) == 0) & had_labels)
         if len(empty) == 0:
             break
         n = np.diff(Cc.indptr)[empty]

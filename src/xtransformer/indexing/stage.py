@@ -36,7 +36,9 @@ class IndexingConfig:
     # learned from where an XR-Linear model trained on the partition sends its positive documents
     n_copies: int = 1  # λ; 1: the partition as built (no reassignment, today's tree bit for bit)
     merge: str = "max"  # max | mean: one score for a label reached through several clusters
-    max_cluster_growth: float | None = None  # a leaf cluster takes at most this x its size in labels (extra copies)
+    # a leaf cluster takes at most this x its size in labels (extra copies refused beyond): bounds the
+    # leaf level's prediction cost to about this factor; null: uncapped, as the paper (cost grows ~λ-fold)
+    max_cluster_growth: float | None = 1.3
     min_count: int = 1  # (label, cluster) pairs reached by fewer positive documents are ignored
 
     def __post_init__(self) -> None:
