@@ -233,3 +233,66 @@ def test_n_copies_above_k_from_the_label_count():
     check_copies_fit(IndexingConfig(n_copies=2, max_leaf_size=100), 90)  # K = 2
     with pytest.raises(IndexingError, match=r"xrlinear.indexing.n_copies=3 is above the number of leaf clusters \(2"):
         check_copies_fit(IndexingConfig(n_copies=3, max_leaf_size=100), 90, "xrlinear.indexing")
+
+
+# ---------------------------------------------------------------------------------------------- pipeline
+def test_pipeline_bad_settings_fail_before_any_data_work(tmp_path):
+    from test_pipeline import TINY, _compose
+
+    from xtransformer.pipeline.run import run
+
+    for override, key in (("indexing.n_copies=0", "indexing.n_copies"),
+                          ("xrlinear.indexing.merge=sum", "xrlinear.indexing.merge")):
+        with pytest.raises(IndexingError, match=key):
+            run(_compose([*TINY, override], tmp_path))
+        assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_pipeline_xrlinear_lambda_keys_and_index_section(tmp_path):
+    from test_pipeline import TINY, _compose
+
+    from xtransformer.pipeline.run import run
+    from xtransformer.utils.io import load_csr
+
+    base = [*TINY, "method=xrlinear", "xrlinear.indexing.max_leaf_size=8"]
+    one = run(_compose(base, tmp_path))
+    assert one["index"] == {"n_copies": 1, "labels_in_multiple_clusters": 0, "mean_clusters_per_label": 1.0}
+    pred1 = load_csr(tmp_path / "run" / "predictions" / "test.npz")
+    # λ = 1 with other disentanglement settings: the same stage key, reused, the same predictions
+    same = run(_compose([*base, "xrlinear.indexing.n_copies=1", "xrlinear.indexing.merge=mean"], tmp_path))
+    assert same["stages"]["ran"] == [] and same["results"]["xrlinear"] == one["results"]["xrlinear"]
+    assert (load_csr(tmp_path / "run" / "predictions" / "test.npz") != pred1).nnz == 0
+    two = run(_compose([*base, "xrlinear.indexing.n_copies=2", "xrlinear.indexing.max_cluster_growth=null"], tmp_path))
+    assert two["stages"]["ran"] == ["xrlinear"]
+    assert two["index"]["n_copies"] == 2 and two["index"]["labels_in_multiple_clusters"] > 0
+    assert 1 < two["index"]["mean_clusters_per_label"] <= 2
+    # merge is part of the key: it changes the saved model's predictions
+    mean = run(_compose([*base, "xrlinear.indexing.n_copies=2", "xrlinear.indexing.max_cluster_growth=null",
+                         "xrlinear.indexing.merge=mean"], tmp_path))
+    assert mean["stages"]["ran"] == ["xrlinear"]
+    with pytest.raises(IndexingError, match=r"xrlinear.indexing.n_copies=99 is above the number of leaf clusters"):
+        run(_compose([*base, "xrlinear.indexing.n_copies=99"], tmp_path))
+
+
+@pytest.mark.slow
+def test_pipeline_xtransformer_on_overlapping_clusters(tmp_path):
+    import json
+
+    from test_pipeline import TINY, _compose
+
+    from xtransformer.pipeline.run import run
+    from xtransformer.utils.io import load_json
+
+    metrics = run(_compose([*TINY, "indexing.n_copies=2", "indexing.max_cluster_growth=null",
+                            "combine_with_baseline=null"], tmp_path))
+    index = metrics["index"]
+    assert index["n_copies"] == 2 and index["labels_in_multiple_clusters"] > 0
+    assert index["xrlinear"]["n_copies"] == 1
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["index"] == index and 0 < saved["results"]["xtransformer"]["P@1"] <= 100
+    # the ranker trained one copy per (label, cluster) of the index's overlapping leaf level
+    folder = next((tmp_path / "cache" / "stages" / "ranker").iterdir()) / "model"
+    assert load_json(folder / "copies" / "copies.json")["merge"] == "max"
+    report = load_json(next((tmp_path / "cache" / "stages" / "indexing").iterdir()) / "report.json")
+    assert report["disentangle"]["n_copies"] == 2 and report["quality"]["labels_in_multiple_clusters"] > 0
