@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--beam", type=int, default=10, help="beam width of prediction and of the counting search")
     ap.add_argument("--topk", type=int, default=10)
-    ap.add_argument("--max-cluster-growth", type=float, default=1.3, help="cap (configs/indexing default); 0: none")
+    ap.add_argument("--max-cluster-growth", type=float, default=1.2, help="cap (configs/indexing default); 0: none")
     ap.add_argument("--uncapped", default="", help="comma list of λ to run again without the cap (after the sweep)")
     ap.add_argument("--min-count", type=int, default=1)
     ap.add_argument("--predict-repeats", type=int, default=3)

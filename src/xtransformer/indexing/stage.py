@@ -38,7 +38,7 @@ class IndexingConfig:
     merge: str = "max"  # max | mean: one score for a label reached through several clusters
     # a leaf cluster takes at most this x its size in labels (extra copies refused beyond): bounds the
     # leaf level's prediction cost to about this factor; null: uncapped, as the paper (cost grows ~λ-fold)
-    max_cluster_growth: float | None = 1.3
+    max_cluster_growth: float | None = 1.2
     min_count: int = 1  # (label, cluster) pairs reached by fewer positive documents are ignored
 
     def __post_init__(self) -> None:
