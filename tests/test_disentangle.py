@@ -207,6 +207,12 @@ def test_chain_quality_plots_and_persistence_accept_overlap(reuters, tmp_path):
     assert 0 <= q["cooccurrence_purity"] <= 1
     assert cluster_quality(chain, Y=Y)["labels_in_multiple_clusters"] == 0
     assert len(save_quality_plots(tmp_path, Y, chain2)) == 2
+    # the matcher's targets: a document is positive for every cluster holding one of its labels
+    from xtransformer.matcher.datamodule import instance_cluster_targets
+
+    M = instance_cluster_targets(Y, chain2.leaf_assignment)
+    assert M.data.max() == 1 and ((M.toarray() > 0) != ((Y @ chain2.leaf_assignment).toarray() > 0)).sum() == 0
+    assert M.nnz > instance_cluster_targets(Y, chain.leaf_assignment).nnz
     chain2.save(tmp_path / "c", ds.vocab.ids)
     assert ClusterChain.load(tmp_path / "c", ds.vocab.ids) == chain2
 
