@@ -2,7 +2,8 @@
 
 ``chain[0]`` is ``K_1 x 1`` (children of the root), ``chain[d]`` is ``K_{d+1} x K_d`` (row ``i``
 marks the parent of node ``i``), and ``chain[-1]`` is ``L x K`` (label -> leaf cluster). A hard
-tree has exactly one nonzero per row; label disentanglement may later give a row several.
+tree has exactly one nonzero per row; label disentanglement (``disentangle.py``) gives a leaf row
+several: every method here accepts that.
 """
 
 from __future__ import annotations
@@ -85,10 +86,14 @@ class ClusterChain:
 
     @property
     def leaf_codes(self) -> np.ndarray:
-        """Leaf cluster of each label (``L`` int64); hard trees only."""
-        if self._chain[-1].nnz != self.n_labels:
-            raise IndexingError("leaf_codes: some label sits in several clusters; use leaf_assignment")
+        """Leaf cluster of each (label, cluster) pair, label-major (int64): one per label (``L``) in a
+        partition; with overlap, ``leaf_labels`` names each pair's label."""
         return self._chain[-1].indices.astype(np.int64)
+
+    @property
+    def leaf_labels(self) -> np.ndarray:
+        """Label of each entry of :attr:`leaf_codes` (``arange(L)`` in a partition)."""
+        return np.repeat(np.arange(self.n_labels, dtype=np.int64), np.diff(self._chain[-1].indptr))
 
     @property
     def cluster_sizes(self) -> np.ndarray:

@@ -9,6 +9,10 @@
 Each figure is reported beside the same figure for a random assignment with the same cluster
 sizes. The plots redraw the paper's Figure 1: the long tail of label frequencies and the
 distribution of training instances per cluster.
+
+With overlap (a label in several leaf clusters, ``disentangle.py``) the figures are taken over
+the (label, cluster) pairs, each pair a row standing for its label, and the report adds how many
+labels sit in several clusters and the mean number of clusters a label.
 """
 
 from __future__ import annotations
@@ -97,11 +101,18 @@ def cluster_quality(
         "n_clusters": chain.n_clusters,
         "cluster_size_min": int(sizes.min()),
         "cluster_size_max": int(sizes.max()),
+        **overlap_summary(chain.leaf_assignment),
     }
+    Y_pairs = Y
+    if not chain.is_hard:  # one row per (label, cluster) pair, standing for its label
+        pair_label = chain.leaf_labels
+        features = features[pair_label] if features is not None else None
+        groups = np.asarray(groups)[pair_label] if groups is not None else None
+        Y_pairs = sp.csc_matrix(Y)[:, pair_label] if Y is not None else None
     figures = {
         "centroid_cosine": (lambda c: centroid_cosine(features, c)) if features is not None else None,
         "group_purity": (lambda c: group_purity(c, groups)) if groups is not None else None,
-        "cooccurrence_purity": (lambda c: cooccurrence_purity(Y, c)) if Y is not None else None,
+        "cooccurrence_purity": (lambda c: cooccurrence_purity(Y_pairs, c)) if Y is not None else None,
     }
     for name, fn in figures.items():
         if fn is not None:
@@ -113,6 +124,15 @@ def cluster_quality(
         out["clusters_without_instances"] = int((inst == 0).sum())
         out["labels_with_gt100_instances"] = float((label_frequencies(Y) > HEAD_THRESHOLD).mean())
     return out
+
+
+def overlap_summary(C: sp.spmatrix) -> dict[str, Any]:
+    """Labels in several leaf clusters of ``C`` (``L x K``), and the mean number of clusters a label."""
+    per_label = np.diff(sp.csr_matrix(C).indptr)
+    return {
+        "labels_in_multiple_clusters": int((per_label > 1).sum()),
+        "mean_clusters_per_label": round(float(per_label.mean()), 4),
+    }
 
 
 def label_frequencies(Y: sp.spmatrix) -> np.ndarray:

@@ -13,9 +13,10 @@ import scipy.sparse as sp
 
 from xtransformer.indexing.chain import ClusterChain
 from xtransformer.indexing.errors import IndexingError
-from xtransformer.indexing.kmeans import hierarchical_kmeans
+from xtransformer.indexing.kmeans import hierarchical_kmeans, resolve_n_clusters
 from xtransformer.indexing.quality import cluster_quality
 from xtransformer.indexing.representations import ORPHAN_FALLBACKS, EmbedFn, label_representation, parse_representation
+from xtransformer.ranker.copies import MERGES
 
 
 @dataclass
@@ -31,9 +32,18 @@ class IndexingConfig:
     normalize_y_rows: bool = True  # PIFA weights documents by 1/sqrt(#labels), as PECOS
     orphan_fallback: str = "auto"  # labels without positives: auto | text_neighbour | random_label | none
     threads: int | None = None  # null: all CPUs available to the process
+    # label disentanglement (indexing/disentangle.py): each label in up to n_copies (λ) leaf clusters,
+    # learned from where an XR-Linear model trained on the partition sends its positive documents
+    n_copies: int = 1  # λ; 1: the partition as built (no reassignment, today's tree bit for bit)
+    merge: str = "max"  # max | mean: one score for a label reached through several clusters
+    # a leaf cluster takes at most this x its size in labels (extra copies refused beyond): bounds the
+    # leaf level's prediction cost to about this factor; null: uncapped, as the paper (cost grows ~λ-fold)
+    max_cluster_growth: float | None = 1.2
+    min_count: int = 1  # (label, cluster) pairs reached by fewer positive documents are ignored
 
     def __post_init__(self) -> None:
         parse_representation(self.name)
+        check_disentangle_settings(self)
         if self.orphan_fallback not in ORPHAN_FALLBACKS:
             raise IndexingError(
                 f"indexing.orphan_fallback must be one of {ORPHAN_FALLBACKS}, got {self.orphan_fallback!r}"
@@ -46,13 +56,57 @@ class IndexingConfig:
             raise IndexingError("set at most one of indexing.n_clusters and indexing.max_leaf_size")
 
     @classmethod
-    def from_mapping(cls, cfg: Mapping[str, Any]) -> "IndexingConfig":
-        """Build from a dict / Hydra node, naming unknown keys in the error."""
+    def from_mapping(cls, cfg: Mapping[str, Any], where: str = "indexing") -> "IndexingConfig":
+        """Build from a dict / Hydra node, naming unknown keys in the error.
+
+        ``where``: the node's Hydra path (``xrlinear.indexing`` for XR-Linear's tree), used in errors.
+        """
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(cfg) - known)
         if unknown:
-            raise IndexingError(f"unknown indexing config key(s) {unknown}; known: {sorted(known)}")
-        return cls(**dict(cfg))
+            raise IndexingError(f"unknown {where} config key(s) {unknown}; known: {sorted(known)}")
+        try:
+            return cls(**dict(cfg))
+        except IndexingError as e:  # messages name keys as indexing.<key>
+            if where == "indexing":
+                raise
+            raise IndexingError(str(e).replace("indexing.", f"{where}.")) from None
+
+    def cache_settings(self) -> dict[str, Any]:
+        """The settings that shape the tree: without ``threads``, and without the disentanglement
+        fields while ``n_copies`` is 1 (they change nothing then, so older caches stay valid)."""
+        out = dataclasses.asdict(self) | {"threads": None}
+        if self.n_copies == 1:
+            for key in DISENTANGLE_KEYS:
+                out.pop(key)
+        return out
+
+
+DISENTANGLE_KEYS = ("n_copies", "merge", "max_cluster_growth", "min_count")
+
+
+def check_disentangle_settings(cfg: IndexingConfig) -> None:
+    """Fail on bad disentanglement settings before any data work, naming the key."""
+    n = cfg.n_copies
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise IndexingError(f"indexing.n_copies must be an int >= 1 (λ, clusters per label), got {n!r}")
+    if cfg.n_clusters is not None and n > cfg.n_clusters:
+        raise IndexingError(f"indexing.n_copies={n} is above the number of leaf clusters (indexing.n_clusters={cfg.n_clusters})")
+    if cfg.merge not in MERGES:
+        raise IndexingError(f"indexing.merge must be one of {list(MERGES)}, got {cfg.merge!r}")
+    m = cfg.min_count
+    if not isinstance(m, int) or isinstance(m, bool) or m < 1:
+        raise IndexingError(f"indexing.min_count must be an int >= 1, got {m!r}")
+    g = cfg.max_cluster_growth
+    if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float)) or not g >= 1):
+        raise IndexingError(f"indexing.max_cluster_growth must be null or a number >= 1, got {g!r}")
+
+
+def check_copies_fit(cfg: IndexingConfig, n_labels: int, where: str = "indexing") -> None:
+    """``n_copies`` against the number of leaf clusters, once the label count fixes it (``n_clusters: null``)."""
+    k = resolve_n_clusters(n_labels, cfg.n_clusters, cfg.max_leaf_size)
+    if cfg.n_copies > k:
+        raise IndexingError(f"{where}.n_copies={cfg.n_copies} is above the number of leaf clusters ({k} for {n_labels} labels)")
 
 
 def build_index(

@@ -19,10 +19,12 @@ from omegaconf import DictConfig, OmegaConf
 from xtransformer.data import DataConfig, TfidfConfig, load_dataset, tfidf_features
 from xtransformer.ensemble import METHODS as ENSEMBLE_METHODS
 from xtransformer.ensemble import ensemble_predictions
+from xtransformer.indexing import check_copies_fit
 from xtransformer.metrics import evaluate, format_metrics_table, propensity
 from xtransformer.pipeline import stages
 from xtransformer.pipeline.cache import StageCache
 from xtransformer.pipeline.loggers import build_loggers, log_final
+from xtransformer.xrtransformer import XRTransformerConfigError
 from xtransformer.utils.dist import is_rank_zero
 from xtransformer.utils.io import save_csr, save_json
 
@@ -49,9 +51,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                          f"got {cfg.combine_with_baseline!r}")
     if cfg.combine_with_baseline and not cfg.baseline and method != "xrlinear":
         log.warning("combine_with_baseline=%s needs baseline=true; no combined result this run", cfg.combine_with_baseline)
+    index_cfgs = stages.indexing_configs(cfg, method)  # bad indexing settings fail before any data work
     neural = method != "xrlinear"
     matcher_cfg = stages.matcher_config(cfg.matcher) if neural else None
     xr_cfg = stages.xrtransformer_config(cfg) if method == "xrtransformer" else None
+    if xr_cfg is not None and index_cfgs["indexing"].n_copies > 1:
+        raise XRTransformerConfigError("indexing.n_copies > 1 (label disentanglement) is available for "
+                                       "method=xtransformer and xrlinear, not yet for xrtransformer")
     if matcher_cfg is not None:
         stages.check_model(matcher_cfg)  # fail before any data work if the encoder is missing
 
@@ -63,6 +69,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     t = time.perf_counter()
     ds = load_dataset(DataConfig(**OmegaConf.to_container(cfg.data, resolve=True)), cache_dir=cfg.paths.cache_dir)
     log.info("dataset %s: %s", ds.name, {s: len(v) for s, v in ds.splits.items()})
+    for where, icfg in index_cfgs.items():  # λ against K, known once the label count is
+        check_copies_fit(icfg, ds.n_labels, where)
     if xr_cfg is not None:  # the level plan needs only the label count: check it before TF-IDF
         sizes = stages.xr_plan(len(ds.vocab), stages.indexing_config(cfg), xr_cfg, matcher_cfg)
         log.info("xrtransformer: fine-tuning %d levels of %s clusters, steps %s", len(sizes), sizes,
@@ -74,6 +82,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     eval_split = ds.eval_split
     inv_prop = propensity(ds.splits["train"].Y)
     results: dict[str, Any] = {}
+    index: dict[str, Any] = {}  # n_copies and overlap of each method's leaf level (the main one at the top)
     predictions: dict[str, Any] = {}
 
     if method == "xrlinear" and not is_rank_zero():
@@ -84,6 +93,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         predictions["xrlinear"] = base.predict(X[eval_split])
         t = lap("xrlinear_predict", t)
         results["xrlinear"] = evaluate(ds.splits[eval_split].Y, predictions["xrlinear"], inv_propensity=inv_prop)
+        index = {"xrlinear": stages.index_section(index_cfgs["xrlinear.indexing"].n_copies, base.chain[-1])}
 
     levels: list[dict[str, Any]] = []
     extra: dict[str, Any] = {}
@@ -101,6 +111,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         t = lap("predict", t)
         results["xrtransformer"] = evaluate(ds.splits[eval_split].Y, predictions["xrtransformer"], inv_propensity=inv_prop)
         levels = tuned.levels
+        index = {**stages.index_section(1, chain.leaf_assignment), **index}
         extra["xrtransformer"] = {"finetune_s": round(sum(lv["seconds"] for lv in levels), 3),  # as trained
                                   "encode_docs_per_s": tuned.outputs.metrics.get("inference_docs_per_s", {})}
         stages.plots(out_dir / "plots", ds, chain)
@@ -117,6 +128,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         results["xtransformer"] = evaluate(ds.splits[eval_split].Y, predictions["xtransformer"], inv_propensity=inv_prop)
         results["matcher_cluster_recall"] = stages.cluster_recall(ds.splits[eval_split].Y, chain, mout.topb(eval_split))
         stages.plots(out_dir / "plots", ds, chain)
+        index = {**stages.index_section(index_cfgs["indexing"].n_copies, chain.leaf_assignment), **index}
 
     main = method
     if neural and "xrlinear" in predictions and cfg.combine_with_baseline:
@@ -134,6 +146,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "results": results,
         "levels": levels,  # XR-Transformer: clusters, steps, seconds and eval cluster recall per level
         **extra,
+        "index": index if neural else index["xrlinear"],
         "timings_s": timings,
         "peak_rss_gib": round(peak_rss_gib(), 3),
         "stages": {"ran": cache.ran(), "reused": cache.reused()},

@@ -18,7 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from xtransformer.data import XMCDataset
 from xtransformer.encoders import check_model_available, embed_texts, load_encoder
-from xtransformer.indexing import ClusterChain, IndexingConfig, build_index, save_quality_plots
+from xtransformer.indexing import (
+    ClusterChain, IndexingConfig, build_index, cluster_quality, learn_overlap, overlap_summary, save_quality_plots,
+)
 from xtransformer.matcher import MatcherConfig, MatcherOutputs, topb_recall, train_matcher
 from xtransformer.matcher.train import tiny_corpus
 from xtransformer.pipeline.cache import StageCache
@@ -83,7 +85,7 @@ def index(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], cfg: D
     if embed_fn is not None:  # neural representations, and the text-neighbour fallback of orphan labels
         m = _plain(cfg.matcher)
         encoder = {k: m.get(k) for k in ("model_name_or_path", "max_length", "truncate_chars")}
-    key = settings_key("index", _features_key(ds, cfg), dataclasses.asdict(icfg) | {"threads": None}, encoder)
+    key = settings_key("index", _features_key(ds, cfg), icfg.cache_settings(), encoder, *overlap_source(icfg, cfg))
 
     def build(tmp: Path) -> None:
         train = ds.splits["train"]
@@ -92,6 +94,10 @@ def index(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], cfg: D
             icfg, train.Y, X_train_tfidf=X["train"], doc_embeddings=doc_emb,
             label_texts=ds.label_text, embed_fn=embed_fn, label_ids=ds.vocab.ids,
         )
+        if icfg.n_copies > 1:  # the matcher and the ranker then train on the overlapping leaf level
+            chain, report["disentangle"] = learn_overlap(chain, X["train"], train.Y, icfg, _xrlinear_config(cfg),
+                                                         int(cfg.xrlinear.nr_splits))
+            report["quality"] = cluster_quality(chain, Y=train.Y, seed=icfg.seed)
         chain.save(tmp / "chain", ds.vocab.ids, report["config"])
         save_json(report, tmp / "report.json")
 
@@ -155,7 +161,8 @@ def ranker(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], mout:
         emb = mout.embeddings("train") if rcfg.features != "tfidf" else None
         feats = ranker_features(rcfg, X["train"], emb)
         neg = negative_mask(rcfg.negatives, ds.splits["train"].Y, C, mout.topb("train") if "man" in rcfg.negatives else None)
-        LinearRanker.train(feats, ds.splits["train"].Y, C, neg, rcfg).save(tmp / "model")
+        merge = IndexingConfig.from_mapping(_plain(cfg.indexing)).merge  # labels in several clusters
+        LinearRanker.train(feats, ds.splits["train"].Y, C, neg, rcfg, merge=merge).save(tmp / "model")
 
     folder = cache.run("ranker", key, build, settings=train_settings)
     model = LinearRanker.load(folder / "model")
@@ -181,17 +188,20 @@ def linear_train_settings(lcfg: HierarchicalLinearConfig) -> dict[str, Any]:
 
 def xrlinear(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], cfg: DictConfig) -> HierarchicalLinear:
     """The TF-IDF-only hierarchical linear model on its own PIFA tree (PECOS XR-Linear's recipe)."""
-    xcfg = HierarchicalLinearConfig(**_plain(cfg.xrlinear.model))
-    icfg = IndexingConfig.from_mapping(_plain(cfg.xrlinear.indexing))
+    xcfg = _xrlinear_config(cfg)
+    icfg = IndexingConfig.from_mapping(_plain(cfg.xrlinear.indexing), where="xrlinear.indexing")
     train_settings = linear_train_settings(xcfg)
     nr_splits = int(cfg.xrlinear.nr_splits)
-    key = settings_key("xrlinear", _features_key(ds, cfg), train_settings, dataclasses.asdict(icfg) | {"threads": None}, nr_splits)
+    key = settings_key("xrlinear", _features_key(ds, cfg), train_settings, icfg.cache_settings(), nr_splits,
+                       *overlap_source(icfg, cfg))
 
     def build(tmp: Path) -> None:
         chain, report = build_index(icfg, ds.splits["train"].Y, X_train_tfidf=X["train"], label_ids=ds.vocab.ids)
-        save_json(report, tmp / "index_report.json")
         chain = chain.subsample(nr_splits)
-        HierarchicalLinear.train(X["train"], ds.splits["train"].Y, list(chain), xcfg).save(tmp / "model")
+        if icfg.n_copies > 1:  # train on the partition, count where its search sends each label, retrain
+            chain, report["disentangle"] = learn_overlap(chain, X["train"], ds.splits["train"].Y, icfg, xcfg)
+        save_json(report, tmp / "index_report.json")
+        HierarchicalLinear.train(X["train"], ds.splits["train"].Y, list(chain), xcfg, merge=icfg.merge).save(tmp / "model")
 
     folder = cache.run("xrlinear", key, build, settings=train_settings)
     model = HierarchicalLinear.load(folder / "model")
@@ -282,6 +292,33 @@ def predict_xrtransformer(model: HierarchicalLinear, xcfg: XRTransformerConfig, 
             f"{head.shape[1]} clusters, not the {pred.shape[1]} labels (raise xrtransformer.max_match_clusters)")
     head.data = get_post_processor(model.config.post_processor).transform(head.data)  # the linear scores' scale
     return ensemble_predictions([pred, head], method=xcfg.final.combine_head, topk=model.config.topk)
+
+
+def _xrlinear_config(cfg: DictConfig) -> HierarchicalLinearConfig:
+    return HierarchicalLinearConfig(**_plain(cfg.xrlinear.model))
+
+
+def overlap_source(icfg: IndexingConfig, cfg: DictConfig) -> list[dict[str, Any]]:
+    """The model a disentangled leaf level is counted from (XR-Linear: its training settings, tree
+    arity and beam), for the cache key; nothing at ``n_copies`` 1, so those keys stay as they were."""
+    if icfg.n_copies == 1:
+        return []
+    xcfg = _xrlinear_config(cfg)
+    return [{"counts_from": "xrlinear", "model": linear_train_settings(xcfg), "beam_size": xcfg.beam_size,
+             "post_processor": xcfg.post_processor, "nr_splits": int(cfg.xrlinear.nr_splits)}]
+
+
+def indexing_configs(cfg: DictConfig, method: str) -> dict[str, IndexingConfig]:
+    """The run's index settings by Hydra path, validated (bad values fail here, before any data work)."""
+    out = {"xrlinear.indexing": IndexingConfig.from_mapping(_plain(cfg.xrlinear.indexing), where="xrlinear.indexing")}
+    if method != "xrlinear":
+        out["indexing"] = IndexingConfig.from_mapping(_plain(cfg.indexing))
+    return out
+
+
+def index_section(n_copies: int, C: sp.spmatrix) -> dict[str, Any]:
+    """``metrics.json``'s ``index``: λ and how much the leaf level the model used overlaps."""
+    return {"n_copies": n_copies, **overlap_summary(C)}
 
 
 # ------------------------------------------------------------------------------------ reports

@@ -8,6 +8,9 @@ whose beam (the model's own prediction at the parent level) reaches it, ``tfn+ma
 (PECOS's schemes). Prediction walks the levels keeping ``beam_size`` nodes per document, the
 scores combined by the post-processor (PECOS's default ``l3-hinge``: product of
 ``exp(-max(0, 1 - s)^3)`` down the path).
+
+A leaf level where a label sits in several clusters (label disentanglement) trains one
+pseudo-label per (label, cluster) and merges their scores at prediction (``ranker/copies.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.ranker.config import HierarchicalLinearConfig
+from xtransformer.ranker.copies import COPIES_DIR, LabelCopies
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.features import as_features
 from xtransformer.ranker.linear import LevelSpec, LinearLevel, load_model_meta, load_level, save_level, solver_params, train_levels
@@ -35,14 +39,16 @@ log = logging.getLogger(__name__)
 class HierarchicalLinear:
     """The TF-IDF-only hierarchical linear model (the project's linear baseline)."""
 
-    def __init__(self, levels: list[LinearLevel], config: HierarchicalLinearConfig, train_stats: list[dict] | None = None):
+    def __init__(self, levels: list[LinearLevel], config: HierarchicalLinearConfig, train_stats: list[dict] | None = None,
+                 copies: LabelCopies | None = None):
         self.levels = levels
         self.config = config
         self.train_stats = train_stats or []
+        self.copies = copies  # None: the leaf level is a partition (one column per label)
 
     @property
     def n_labels(self) -> int:
-        return self.levels[-1].n_labels
+        return self.copies.n_labels if self.copies is not None else self.levels[-1].n_labels
 
     @property
     def n_features(self) -> int:
@@ -54,7 +60,11 @@ class HierarchicalLinear:
 
     @property
     def chain(self) -> list[sp.csr_matrix]:
-        return [lv.C for lv in self.levels]
+        """The label tree, its leaf level label x cluster (overlapping when labels have copies)."""
+        out = [lv.C for lv in self.levels]
+        if self.copies is not None:
+            out[-1] = self.copies.collapse(out[-1])
+        return out
 
     # ------------------------------------------------------------------ training
     @classmethod
@@ -64,12 +74,18 @@ class HierarchicalLinear:
         Y: sp.spmatrix,
         chain: Sequence[sp.spmatrix],
         cfg: HierarchicalLinearConfig | None = None,
+        merge: str = "max",
     ) -> "HierarchicalLinear":
-        """Train every level of ``chain`` on ``X`` (``N x F``) and labels ``Y`` (``N x L``)."""
+        """Train every level of ``chain`` on ``X`` (``N x F``) and labels ``Y`` (``N x L``).
+
+        A label in several leaf clusters trains one copy per cluster; ``merge`` (``max`` | ``mean``)
+        combines their scores at prediction.
+        """
         cfg = cfg or HierarchicalLinearConfig()
         X = as_features(X)
         chain = _check_chain(chain, Y, X)
-        targets = level_targets(binarize(Y), chain)
+        copies, chain[-1] = LabelCopies.of(chain[-1], merge)
+        targets = level_targets(binarize(Y if copies is None else copies.expand(Y)), chain)
         params = solver_params(cfg)
         post = get_post_processor(cfg.post_processor)
         train = functools.partial(
@@ -88,7 +104,7 @@ class HierarchicalLinear:
                 trained += train([LevelSpec(targets[d], C, mask)])
                 if d + 1 < len(chain):
                     beam = trained[-1][0].score(X, beam, post, cfg.beam_size, cfg.n_threads)
-        model = cls([lv for lv, _ in trained], cfg, [info for _, info in trained])
+        model = cls([lv for lv, _ in trained], cfg, [info for _, info in trained], copies)
         log.info("XR-Linear trained: level sizes %s, %d weights", [C.shape[0] for C in chain], model.n_weights)
         return model
 
@@ -104,20 +120,38 @@ class HierarchicalLinear:
         X = as_features(X)
         if X.shape[1] != self.n_features:
             raise RankerError(f"hierarchical linear: `X` has {X.shape[1]} features, the model {self.n_features}")
-        beam_size = beam_size or self.config.beam_size
         topk = topk or self.config.topk
         post = get_post_processor(post_processor or self.config.post_processor)
+        beam = self._search(X, self.levels[:-1], post, beam_size)
+        if self.copies is None:
+            return self.levels[-1].score(X, beam, post, topk, self.config.n_threads).to_csr(self.n_labels)
+        copies = self.levels[-1].score(X, beam, post, self.copies.search_width(topk), self.config.n_threads)
+        return self.copies.merge_topk(copies, topk).to_csr(self.n_labels)
+
+    def predict_clusters(self, X: sp.spmatrix | np.ndarray, beam_size: int | None = None,
+                         post_processor: str | None = None) -> sp.csr_matrix:
+        """The leaf clusters the beam search reaches (csr ``N x K``, path scores): the matching
+        matrix label disentanglement counts from."""
+        X = as_features(X)
+        post = get_post_processor(post_processor or self.config.post_processor)
+        return self._search(X, self.levels[:-1], post, beam_size).to_csr(self.levels[-1].n_clusters)
+
+    def _search(self, X: sp.csr_matrix, levels: list[LinearLevel], post, beam_size: int | None) -> Candidates:
+        """Beam search down ``levels``, ``beam_size`` nodes kept per level."""
+        if X.shape[1] != self.n_features:
+            raise RankerError(f"hierarchical linear: `X` has {X.shape[1]} features, the model {self.n_features}")
         beam = Candidates.root(X.shape[0], post.root_score)
-        for d, level in enumerate(self.levels):
-            keep = topk if d == len(self.levels) - 1 else beam_size
-            beam = level.score(X, beam, post, keep, self.config.n_threads)
-        return beam.to_csr(self.n_labels)
+        for level in levels:
+            beam = level.score(X, beam, post, beam_size or self.config.beam_size, self.config.n_threads)
+        return beam
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:
         with atomic_dir(path) as tmp:
             for d, level in enumerate(self.levels):
                 save_level(level, tmp / f"level_{d}")
+            if self.copies is not None:
+                self.copies.save(tmp / COPIES_DIR)
             save_json(
                 {"model": "HierarchicalLinear", "depth": len(self.levels), "config": self.config.to_dict(), "train_stats": self.train_stats},
                 tmp / "model.json",
@@ -128,7 +162,7 @@ class HierarchicalLinear:
         path = Path(path)
         meta = load_model_meta(path, "model.json", "HierarchicalLinear")
         levels = [load_level(path / f"level_{d}") for d in range(int(meta["depth"]))]
-        return cls(levels, HierarchicalLinearConfig(**meta["config"]), meta.get("train_stats"))
+        return cls(levels, HierarchicalLinearConfig(**meta["config"]), meta.get("train_stats"), LabelCopies.load(path / COPIES_DIR))
 
 
 def level_targets(Y: sp.csr_matrix, chain: Sequence[sp.csr_matrix]) -> list[sp.csr_matrix]:

@@ -26,6 +26,7 @@ import torch
 
 from xtransformer.ranker.blocks import BlockData, build_block, make_groups, plan_batches, ranges, with_bias
 from xtransformer.ranker.config import RankerConfig
+from xtransformer.ranker.copies import COPIES_DIR, LabelCopies
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.features import as_features
 from xtransformer.ranker.negatives import binarize
@@ -327,25 +328,39 @@ class _BlockTrainer:
 class LinearRanker:
     """Single-level OVA rankers over an external shortlist (the neural matcher's top-b clusters)."""
 
-    def __init__(self, level: LinearLevel, config: RankerConfig, train_stats: dict | None = None):
+    def __init__(self, level: LinearLevel, config: RankerConfig, train_stats: dict | None = None,
+                 copies: LabelCopies | None = None):
         self.level = level
         self.config = config
         self.train_stats = train_stats or {}
+        self.copies = copies  # None: ``C`` is a partition (one column per label)
 
     @classmethod
     def train(
-        cls, X: sp.spmatrix | np.ndarray, Y: sp.spmatrix, C: sp.spmatrix, negatives: sp.spmatrix, cfg: RankerConfig
+        cls, X: sp.spmatrix | np.ndarray, Y: sp.spmatrix, C: sp.spmatrix, negatives: sp.spmatrix, cfg: RankerConfig,
+        merge: str = "max",
     ) -> "LinearRanker":
-        """Train a weight vector per label of ``C`` (``L x K``) on the rows of ``negatives`` (``N x K`` mask)."""
+        """Train a weight vector per label of ``C`` (``L x K``) on the rows of ``negatives`` (``N x K`` mask).
+
+        A label in several clusters of ``C`` trains one copy per cluster, on that cluster's rows;
+        ``merge`` (``max`` | ``mean``) combines the copies' scores at prediction.
+        """
         X, Y, C, mask = check_training_inputs(X, Y, C, negatives)
+        copies, C = LabelCopies.of(C, merge)
         level, info = LinearLevel.train(
-            X, Y, C, mask, solver_params(cfg), cfg.bias, cfg.threshold, cfg.batch_nnz, cfg.n_threads
+            X, Y if copies is None else copies.expand(Y), C, mask, solver_params(cfg), cfg.bias, cfg.threshold,
+            cfg.batch_nnz, cfg.n_threads,
         )
-        return cls(level, cfg, info)
+        return cls(level, cfg, info, copies)
+
+    @property
+    def n_labels(self) -> int:
+        return self.copies.n_labels if self.copies is not None else self.level.n_labels
 
     @property
     def W(self) -> sp.csr_matrix:
-        """Weights ``(F + 1) x L`` (csr); the last row holds the bias weights when ``bias > 0``."""
+        """Weights ``(F + 1) x L`` (csr; one column per copy when labels have copies); the last row
+        holds the bias weights when ``bias > 0``."""
         return self.level.W.tocsr()
 
     @property
@@ -376,19 +391,24 @@ class LinearRanker:
         if not shortlist_transformed and post.rule != "child":
             parents.score = post.transform(parents.score)
         parents.score = post.weight_parent(parents.score, self.config.matcher_weight)
-        out = self.level.score(X, parents, post, topk or self.config.topk, self.config.n_threads)
-        return out.to_csr(self.level.n_labels)
+        k = topk or self.config.topk
+        if self.copies is None:
+            return self.level.score(X, parents, post, k, self.config.n_threads).to_csr(self.n_labels)
+        out = self.level.score(X, parents, post, self.copies.search_width(k), self.config.n_threads)
+        return self.copies.merge_topk(out, k).to_csr(self.n_labels)
 
     def save(self, path: str | Path) -> None:
         with atomic_dir(path) as tmp:
             save_level(self.level, tmp)
+            if self.copies is not None:
+                self.copies.save(tmp / COPIES_DIR)
             save_json({"model": "LinearRanker", "config": self.config.to_dict(), "train_stats": self.train_stats}, tmp / "ranker.json")
 
     @classmethod
     def load(cls, path: str | Path) -> "LinearRanker":
         path = Path(path)
         meta = load_model_meta(path, "ranker.json", "LinearRanker")
-        return cls(load_level(path), RankerConfig(**meta["config"]), meta.get("train_stats"))
+        return cls(load_level(path), RankerConfig(**meta["config"]), meta.get("train_stats"), LabelCopies.load(path / COPIES_DIR))
 
 
 # ---------------------------------------------------------------------------------------------- helpers
