@@ -3,7 +3,7 @@
 Each stage is a small function in ``stages.py`` whose artifacts are cached under a key of the
 settings that influence them (``cache.py``). This module composes them from a Hydra config and
 writes the run folder: ``metrics.json``, ``predictions/{split}.npz``, ``truth/{split}.npz``,
-``label_vocab.txt`` and plots.
+``label_vocab.txt``, plots and ``model/`` (every trained method as a portable model folder).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from xtransformer.data import DataConfig, TfidfConfig, load_dataset, tfidf_featu
 from xtransformer.ensemble import METHODS as ENSEMBLE_METHODS
 from xtransformer.ensemble import ensemble_predictions
 from xtransformer.metrics import evaluate, format_metrics_table, propensity
+from xtransformer.model.export import XTransformerParts, save_run_models
 from xtransformer.pipeline import stages
 from xtransformer.pipeline.cache import StageCache
 from xtransformer.pipeline.loggers import build_loggers, log_final
@@ -68,11 +69,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     inv_prop = propensity(ds.splits["train"].Y)
     results: dict[str, Any] = {}
     predictions: dict[str, Any] = {}
+    models: dict[str, Any] = {}  # what save_run_models writes into <run>/model/
 
     if method == "xrlinear" and not is_rank_zero():
         return {}  # nothing to help train (SLURM starts every task of a job from the top)
     if (cfg.baseline and is_rank_zero()) or method == "xrlinear":
         base = stages.xrlinear(cache, ds, X, cfg)
+        models["xrlinear"] = base
         t = lap("xrlinear_train", t)
         predictions["xrlinear"] = base.predict(X[eval_split])
         t = lap("xrlinear_predict", t)
@@ -87,6 +90,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if not is_rank_zero():
             return {}
         ranker = stages.ranker(cache, ds, X, mout, chain, cfg, matcher_key)
+        models["xtransformer"] = XTransformerParts(ranker, mout.model_dir, chain, matcher_cfg)
         t = lap("ranker_train", t)
         predictions["xtransformer"] = stages.predict(ranker, X, mout, eval_split)
         t = lap("predict", t)
@@ -115,6 +119,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_run_outputs(out_dir, ds, predictions, main, eval_split, metrics)
+    save_run_models(out_dir / "model", cfg, ds, models, main,
+                    combine=cfg.combine_with_baseline if "xtransformer+xrlinear" in predictions else None)
     for name, res in results.items():
         if isinstance(res, dict) and "P@1" in res:
             log.info("%s on %s: %s", name, eval_split, format_metrics_table(res, REPORT_KEYS))

@@ -1,0 +1,211 @@
+"""Write a run's trained models as portable model folders (``<run>/model/<method>/``).
+
+The pipeline calls :func:`save_run_models` once at the end of a run. Each method gets a folder
+built from its components (see ``methods.py``) with the training and the prediction settings as
+two records, the label vocabulary with names, and a manifest with the sha256 of every file.
+Everything is copied out of the stage cache (the matcher's torch-pickled head is rewritten as
+safetensors), so the folder can be moved anywhere and the cache deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from xtransformer.model.api import INDEX
+from xtransformer.model.folder import LABELS, PREDICT_SETTINGS, TRAIN_SETTINGS, write_manifest
+from xtransformer.model.methods import ENCODER_DIR, ENCODER_RECORD, MATCHER_DIR, RANKER_DIR, TFIDF_DIR, TREE_DIR
+from xtransformer.model.tfidf_io import save_tfidf
+from xtransformer.utils.io import atomic_dir, load_json, save_json
+
+log = logging.getLogger(__name__)
+
+# Ranker config fields that only steer prediction (the stage keys in pipeline/stages.py leave them out too)
+RANKER_PREDICT_KEYS = ("beam_size", "topk", "post_processor", "matcher_weight", "threads")
+# Settings that would point into this machine's cache or checkout: meaningless in a portable folder
+_LOCAL_KEYS = {"cache_dir", "base_model", "output_dir", "log_dir", "root_dir"}
+
+
+@dataclass
+class XTransformerParts:
+    """What the neural path trained: ranker, matcher model folder (in the cache), label tree."""
+
+    ranker: Any  # LinearRanker
+    matcher_dir: Path
+    chain: Any  # ClusterChain
+    matcher_cfg: Any  # MatcherConfig
+
+
+@dataclass
+class XRTransformerParts:
+    """An encoder fine-tuned level by level + a HierarchicalLinear on tfidf + neural features."""
+
+    model: Any  # HierarchicalLinear trained on concat_features(tfidf, embeddings, neural_weight)
+    encoder: Any  # Hugging Face model (save_pretrained)
+    tokenizer: Any
+    pooling: str  # resolved pooling (cls | mean | last)
+    max_length: int
+    truncate_chars: int | None
+    normalize: bool  # l2-normalise embeddings before concat_features
+    neural_weight: float
+    batch_size: int = 128
+    precision: str = "32"
+    embeddings_dtype: str = "float32"
+    train_settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def scrub(obj: Any) -> Any:
+    """Drop machine-local paths (cache, output folders) from a settings record."""
+    if isinstance(obj, dict):
+        return {k: scrub(v) for k, v in obj.items() if k not in _LOCAL_KEYS}
+    if isinstance(obj, list):
+        return [scrub(v) for v in obj]
+    return obj
+
+
+def write_method(folder: Path, method: str, components: dict[str, Any], train_settings: dict[str, Any],
+                 predict_settings: dict[str, Any], labels: dict[str, list[str]],
+                 fill: Callable[[Path], None] | None = None) -> None:
+    """One method folder: its components (``fill``), the three records, then the manifest."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if fill is not None:
+        fill(folder)
+    save_json(scrub(train_settings), folder / TRAIN_SETTINGS)
+    save_json(predict_settings, folder / PREDICT_SETTINGS)
+    save_json(labels, folder / LABELS)
+    write_manifest(folder, method, components)
+
+
+def _predict_keys(config: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    d = config.to_dict()
+    return {k: d[k] for k in keys if k in d}
+
+
+def _train_keys(config: Any) -> dict[str, Any]:
+    return {k: v for k, v in config.to_dict().items() if k not in RANKER_PREDICT_KEYS}
+
+
+# ---------------------------------------------------------------------------------------- per kind
+def write_xrlinear(folder: Path, method: str, vectorizer: Any, n_features: int, model: Any,
+                   train_settings: dict[str, Any], labels: dict[str, list[str]]) -> None:
+    def fill(f: Path) -> None:
+        save_tfidf(vectorizer, f / TFIDF_DIR, n_features)
+        model.save(f / RANKER_DIR)
+
+    write_method(folder, method, {"kind": "xrlinear", "tfidf": TFIDF_DIR, "ranker": RANKER_DIR},
+                 train_settings | {"model": _train_keys(model.config)},
+                 _predict_keys(model.config, ("beam_size", "topk", "post_processor", "threads")), labels, fill)
+
+
+def write_xtransformer(folder: Path, method: str, vectorizer: Any, n_features: int, parts: XTransformerParts,
+                       inference_precision: str, train_settings: dict[str, Any], labels: dict[str, list[str]]) -> None:
+    rcfg, mcfg = parts.ranker.config, parts.matcher_cfg
+
+    def fill(f: Path) -> None:
+        save_tfidf(vectorizer, f / TFIDF_DIR, n_features)
+        parts.ranker.save(f / RANKER_DIR)
+        copy_matcher(parts.matcher_dir, f / MATCHER_DIR)
+        parts.chain.save(f / TREE_DIR, labels["ids"])
+
+    components = {
+        "kind": "xtransformer", "tfidf": TFIDF_DIR, "matcher": MATCHER_DIR, "ranker": RANKER_DIR, "label_tree": TREE_DIR,
+        # how the ranker's input was built: part of the model, not a prediction setting
+        "features": {"kind": rcfg.features, "neural_weight": rcfg.neural_weight,
+                     "normalize_embeddings": mcfg.normalize_embeddings, "embeddings_dtype": mcfg.save_embeddings_dtype},
+    }
+    predict = {"topb": mcfg.topb, "eval_batch_size": mcfg.eval_batch_size, "inference_precision": inference_precision,
+               **_predict_keys(rcfg, ("post_processor", "matcher_weight", "topk", "threads"))}
+    write_method(folder, method, components,
+                 train_settings | {"matcher": mcfg.training_settings(), "ranker": _train_keys(rcfg)}, predict, labels, fill)
+
+
+def write_xrtransformer(folder: Path, method: str, vectorizer: Any, n_features: int, parts: XRTransformerParts,
+                        train_settings: dict[str, Any], labels: dict[str, list[str]]) -> None:
+    def fill(f: Path) -> None:
+        save_tfidf(vectorizer, f / TFIDF_DIR, n_features)
+        parts.encoder.save_pretrained(f / ENCODER_DIR)
+        parts.tokenizer.save_pretrained(f / ENCODER_DIR)
+        save_json({"pooling": parts.pooling, "max_length": parts.max_length, "truncate_chars": parts.truncate_chars,
+                   "normalize": parts.normalize, "neural_weight": parts.neural_weight,
+                   "embeddings_dtype": parts.embeddings_dtype}, f / ENCODER_DIR / ENCODER_RECORD)
+        parts.model.save(f / RANKER_DIR)
+
+    predict = {"batch_size": parts.batch_size, "precision": parts.precision,
+               **_predict_keys(parts.model.config, ("beam_size", "topk", "post_processor", "threads"))}
+    write_method(folder, method, {"kind": "xrtransformer", "tfidf": TFIDF_DIR, "encoder": ENCODER_DIR,
+                                  "ranker": RANKER_DIR},
+                 train_settings | parts.train_settings | {"model": _train_keys(parts.model.config)}, predict, labels, fill)
+
+
+def write_ensemble(folder: Path, method: str, members: list[str], combine: str, topk: int,
+                   labels: dict[str, list[str]]) -> None:
+    """A combination of sibling method folders, referenced by relative path (moved together)."""
+    write_method(folder, method, {"kind": "ensemble", "members": [f"../{m}" for m in members]},
+                 {"members": members, "combine": combine}, {"method": combine, "topk": int(topk)}, labels)
+
+
+def copy_matcher(src: Path, dst: Path) -> None:
+    """The matcher model folder without pickles: encoder/ (save_pretrained) + head as safetensors."""
+    import torch
+    from safetensors.torch import save_file
+
+    with atomic_dir(dst) as tmp:
+        shutil.copytree(src / "encoder", tmp / "encoder")
+        head = torch.load(src / "head.pt", map_location="cpu", weights_only=True)
+        save_file({k: v.contiguous() for k, v in head.items()}, tmp / "head.safetensors")
+        save_json(scrub(load_json(src / "matcher_config.json")), tmp / "matcher_config.json")
+
+
+# ---------------------------------------------------------------------------------------- the run
+def save_run_models(model_dir: str | Path, cfg: Any, ds: Any, models: dict[str, Any], main: str,
+                    combine: str | None = None) -> Path:
+    """Write ``model_dir/<method>/`` for every trained method in ``models`` (``"xrlinear"``:
+    HierarchicalLinear, ``"xtransformer"``: :class:`XTransformerParts`, ``"xrtransformer"``:
+    :class:`XRTransformerParts`) and, with ``combine``, ``xtransformer+xrlinear`` (atomic)."""
+    from omegaconf import OmegaConf
+
+    from xtransformer.data.tfidf import TfidfConfig, load_vectorizer
+
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    tcfg = TfidfConfig(**plain["tfidf"])
+    vectorizer = load_vectorizer(ds, tcfg, cache_dir=plain["paths"]["cache_dir"]) if ds.has_texts else None
+    n_features = len(vectorizer.vocabulary_) if vectorizer is not None else int(ds.splits["train"].X.shape[1])
+    labels = {"ids": list(ds.vocab.ids), "names": list(ds.label_text)}
+    common = {"dataset": ds.name, "data": plain["data"], "seed": plain["seed"], "tfidf": plain["tfidf"]}
+    written = []
+    with atomic_dir(model_dir) as tmp:
+        for name, parts in models.items():
+            if name == "xrlinear":
+                write_xrlinear(tmp / name, name, vectorizer, n_features, parts, common | {
+                    "indexing": plain["xrlinear"]["indexing"], "nr_splits": plain["xrlinear"]["nr_splits"]}, labels)
+            elif isinstance(parts, XTransformerParts):
+                from xtransformer.matcher.train import _inference_precision  # the run's own resolution
+
+                write_xtransformer(tmp / name, name, vectorizer, n_features, parts,
+                                   _inference_precision(parts.matcher_cfg, plain["trainer"]),
+                                   common | {"indexing": plain["indexing"], "trainer": plain["trainer"]}, labels)
+            elif isinstance(parts, XRTransformerParts):
+                write_xrtransformer(tmp / name, name, vectorizer, n_features, parts, common, labels)
+            else:
+                raise TypeError(f"save_run_models: no writer for {name!r} ({type(parts).__name__})")
+            written.append(name)
+        if combine and {"xtransformer", "xrlinear"} <= set(models):
+            from xtransformer.ensemble import ensemble_predictions
+
+            topk = _default_topk(ensemble_predictions)  # the run combined with the default top-k
+            write_ensemble(tmp / "xtransformer+xrlinear", "xtransformer+xrlinear", ["xtransformer", "xrlinear"],
+                           combine, topk, labels)
+            written.append("xtransformer+xrlinear")
+        save_json({"main": main, "methods": written}, tmp / INDEX)
+    log.info("model folders: %s in %s", written, model_dir)
+    return Path(model_dir)
+
+
+def _default_topk(fn: Callable[..., Any]) -> int:
+    import inspect
+
+    return int(inspect.signature(fn).parameters["topk"].default)
