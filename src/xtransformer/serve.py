@@ -13,8 +13,7 @@ the limits (texts per request, characters per text, k, body bytes) and malformed
 with a one-line message; the server keeps serving.
 """
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: FastAPI reads the request model from the real annotation
 import argparse
 import asyncio
 import logging
