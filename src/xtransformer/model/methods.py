@@ -18,6 +18,7 @@ component records: they may be overridden per call, the components may not.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
@@ -32,10 +33,13 @@ TFIDF_DIR, RANKER_DIR, MATCHER_DIR, ENCODER_DIR, TREE_DIR = "tfidf", "ranker", "
 ENCODER_RECORD = "encoder.json"
 
 
-def _config_with(config: Any, settings: dict[str, Any]) -> Any:
-    """The ranker config with the prediction settings it knows about applied."""
-    names = {f.name for f in dataclasses.fields(config)}
-    return dataclasses.replace(config, **{k: v for k, v in settings.items() if k in names})
+def _with_settings(model: Any, base: Any, settings: dict[str, Any]) -> Any:
+    """A shallow copy of the ranker (weights shared) whose config carries this call's prediction
+    settings: concurrent calls with different overrides never see each other's."""
+    names = {f.name for f in dataclasses.fields(base)}
+    out = copy.copy(model)
+    out.config = dataclasses.replace(base, **{k: v for k, v in settings.items() if k in names})
+    return out
 
 
 class XRLinearPredictor:
@@ -51,8 +55,7 @@ class XRLinearPredictor:
         self.base_config = self.model.config
 
     def predict_features(self, X: sp.csr_matrix, settings: dict[str, Any]) -> sp.csr_matrix:
-        self.model.config = _config_with(self.base_config, settings)
-        return self.model.predict(X)
+        return _with_settings(self.model, self.base_config, settings).predict(X)
 
     def predict(self, texts: Sequence[str], settings: dict[str, Any]) -> sp.csr_matrix:
         return self.predict_features(self.tfidf.from_texts(texts), settings)
@@ -81,13 +84,13 @@ class XTransformerPredictor:
         pred = predict_matcher(None, texts, batch_size=settings["eval_batch_size"], topb=settings["topb"],
                                precision=settings["inference_precision"], normalize=self.features["normalize_embeddings"],
                                device="cpu", progress=False, model=self.matcher)
-        self.ranker.config = _config_with(self.base_config, settings)
+        ranker = _with_settings(self.ranker, self.base_config, settings)
         if self.features["kind"] == "tfidf":
             feats = X
         else:  # the run stored the embeddings in this dtype and the ranker read them back
             emb = pred.embeddings.astype(self.features["embeddings_dtype"])
             feats = concat_features(X, emb, weight=self.features["neural_weight"])
-        return self.ranker.predict(feats, pred.topb)
+        return ranker.predict(feats, pred.topb)
 
 
 class XRTransformerPredictor:
@@ -118,8 +121,7 @@ class XRTransformerPredictor:
                           normalize=enc["normalize"], truncate_chars=enc["truncate_chars"], progress=False)
         feats = concat_features(self.tfidf.from_texts(texts), emb.astype(enc.get("embeddings_dtype", "float32")),
                                 weight=enc["neural_weight"])
-        self.model.config = _config_with(self.base_config, settings)
-        return self.model.predict(feats)
+        return _with_settings(self.model, self.base_config, settings).predict(feats)
 
 
 class EnsemblePredictor:
