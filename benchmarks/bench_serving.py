@@ -54,12 +54,13 @@ def eval_texts(args: argparse.Namespace) -> tuple[str, list[str]]:
     return ds.name, [t.replace("\n", " ") for t in ds.splits[ds.eval_split].texts]
 
 
-def cold_load_s(model: str, verify: bool) -> float:
-    """Seconds from a fresh interpreter to a loaded model (imports included)."""
-    code = ("import time; t = time.perf_counter(); from xtransformer import XMCModel; "
-            f"XMCModel.load({model!r}, verify={verify}); print(time.perf_counter() - t)")
+def cold_load_s(model: str, verify: bool) -> dict[str, float]:
+    """Wall and CPU seconds from a fresh interpreter to a loaded model (imports included)."""
+    code = ("import time; t = time.perf_counter(); c = time.process_time(); from xtransformer import XMCModel; "
+            f"XMCModel.load({model!r}, verify={verify}); print(time.perf_counter() - t, time.process_time() - c)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
-    return round(float(out.stdout.strip().splitlines()[-1]), 3)
+    wall, cpu = map(float, out.stdout.strip().splitlines()[-1].split())
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3)}
 
 
 def batch_docs_per_s(model: Any, texts: list[str], chunk: int, repeats: int) -> float:
@@ -75,18 +76,26 @@ def batch_docs_per_s(model: Any, texts: list[str], chunk: int, repeats: int) -> 
 def single_latency(model: Any, texts: list[str], n: int, k: int) -> dict[str, float]:
     for t in texts[:5]:
         model.predict([t], k=k)  # warm-up
-    ms = []
+    ms, cpu = [], []
     for t in texts[:n]:
-        s = time.perf_counter()
+        s, c = time.perf_counter(), time.process_time()
         model.predict([t], k=k)
         ms.append(1000 * (time.perf_counter() - s))
-    return percentiles(ms)
+        cpu.append(1000 * (time.process_time() - c))
+    # CPU time says what a call costs when the cores are shared (wall time then measures the queue)
+    return percentiles(ms) | {"cpu_p50_ms": round(float(np.median(cpu)), 2)}
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_server(model: str) -> tuple[subprocess.Popen, str]:
@@ -141,10 +150,13 @@ def server_latency(model: str, texts: list[str], levels: list[int], n: int, k: i
     try:
         for c in levels:
             before = httpx.get(f"{base}/health").json()["batching"]
+            cpu0 = cpu_seconds(proc.pid)
             ms, wall = asyncio.run(_load(base, texts, c, max(n, 4 * c), k))
+            cpu1 = cpu_seconds(proc.pid)
             after = httpx.get(f"{base}/health").json()["batching"]
             batches = after["batches"] - before["batches"]
             out[str(c)] = percentiles(ms) | {"requests_per_s": round(len(ms) / wall, 1),
+                                             "server_cpu_ms_per_request": round(1000 * (cpu1 - cpu0) / len(ms), 2),
                                              "texts_per_forward_pass": round((after["texts"] - before["texts"]) / max(batches, 1), 2)}
     finally:
         proc.terminate()
@@ -158,14 +170,17 @@ def render(result: dict[str, Any]) -> str:
              f"{r['when']}, commit {r['commit']}, {r['machine'].get('cpu', '')} ({r['machine'].get('cores', '?')} cores), "
              f"model folder {r['model_mb']} MB", "",
              "| measure | value |", "|---|---|",
-             f"| cold load (fresh interpreter, sha256 check on) | {r['load_s']['verify']} s |",
-             f"| cold load (sha256 check off) | {r['load_s']['no_verify']} s |",
+             f"| cold load incl. imports (fresh interpreter, sha256 check on): wall / CPU | {r['load_s']['verify']['wall_s']} / {r['load_s']['verify']['cpu_s']} s |",
+             f"| cold load, sha256 check off: wall / CPU | {r['load_s']['no_verify']['wall_s']} / {r['load_s']['no_verify']['cpu_s']} s |",
              f"| batch predict (chunks of {r['chunk_size']}) | {r['batch_docs_per_s']} docs/s |",
-             f"| in-process single text p50 / p95 / p99 | {r['single']['p50_ms']} / {r['single']['p95_ms']} / {r['single']['p99_ms']} ms |",
-             "", "| HTTP concurrency | p50 ms | p95 ms | p99 ms | requests/s | texts per forward pass |",
-             "|---|---|---|---|---|---|"]
+             f"| in-process single text p50 / p95 / p99 (wall) | {r['single']['p50_ms']} / {r['single']['p95_ms']} / {r['single']['p99_ms']} ms |",
+             f"| in-process single text, CPU time p50 | {r['single']['cpu_p50_ms']} ms |",
+             f"| load average (1 min) before / after | {r['loadavg'][0]} / {r['loadavg'][1]} |",
+             "", "| HTTP concurrency | p50 ms | p95 ms | p99 ms | requests/s | server CPU ms / request | texts per forward pass |",
+             "|---|---|---|---|---|---|---|"]
     for c, s in r["server"].items():
-        lines.append(f"| {c} | {s['p50_ms']} | {s['p95_ms']} | {s['p99_ms']} | {s['requests_per_s']} | {s['texts_per_forward_pass']} |")
+        lines.append(f"| {c} | {s['p50_ms']} | {s['p95_ms']} | {s['p99_ms']} | {s['requests_per_s']} | "
+                     f"{s['server_cpu_ms_per_request']} | {s['texts_per_forward_pass']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -194,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": str(folder), "n_texts": len(texts), "k": args.k, "chunk_size": args.chunk_size,
         "model_mb": round(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20, 1),
         "threads": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+        "loadavg_start": os.getloadavg()[0],
         "load_s": {"verify": cold_load_s(args.model, True), "no_verify": cold_load_s(args.model, False)},
     }
     print(f"load {result['load_s']}", flush=True)
@@ -205,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     result["server"] = server_latency(args.model, texts, [int(c) for c in args.concurrency.split(",")], args.requests,
                                       args.k)
     print(f"server {result['server']}", flush=True)
+    result["loadavg"] = [round(result.pop("loadavg_start"), 2), round(os.getloadavg()[0], 2)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"serving-{name}-{model_name(result['method'])}"

@@ -123,7 +123,7 @@ def _format_row(row: dict[str, Any], fmt: str) -> str:
     return "\t".join(f"{label}:{score:.6g}" for label, score in zip(row["labels"], row["scores"]))
 
 
-def _label_matrix(lines: list[tuple[int, str]], path: str, index: dict[str, int], n_labels: int) -> tuple[Any, int]:
+def _label_matrix(lines: list[tuple[int, str]], index: dict[str, int], n_labels: int) -> tuple[Any, int]:
     import numpy as np
     import scipy.sparse as sp
 
@@ -172,6 +172,7 @@ def _predict(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from xtransformer.model import XMCModel
+    from xtransformer.ranker.topk import topk_csr
 
     if args.k < 1 or args.chunk_size < 1:
         raise CLIError("--k and --chunk-size must be >= 1")
@@ -195,11 +196,9 @@ def _predict(args: argparse.Namespace) -> int:
                 lab = list(itertools.islice(labels, len(chunk)))
                 if len(lab) != len(chunk):
                     raise CLIError(f"{args.labels}: {len(lab) + chunk[0][0] - 1} lines, fewer than {args.input}")
-                Y, bad = _label_matrix(lab, args.labels, index, model.n_labels)
+                Y, bad = _label_matrix(lab, index, model.n_labels)
                 truth.append(Y)
                 unknown += bad
-                from xtransformer.ranker.topk import topk_csr
-
                 kept.append(topk_csr(pred, want))
             bar.update(len(chunk))
     finally:
