@@ -70,14 +70,14 @@ def scrub(obj: Any) -> Any:
 def write_method(folder: Path, method: str, components: dict[str, Any], train_settings: dict[str, Any],
                  predict_settings: dict[str, Any], labels: dict[str, list[str]],
                  fill: Callable[[Path], None] | None = None) -> None:
-    """One method folder: its components (``fill``), the three records, then the manifest."""
-    folder.mkdir(parents=True, exist_ok=True)
-    if fill is not None:
-        fill(folder)
-    save_json(scrub(train_settings), folder / TRAIN_SETTINGS)
-    save_json(predict_settings, folder / PREDICT_SETTINGS)
-    save_json(labels, folder / LABELS)
-    write_manifest(folder, method, components)
+    """One method folder (atomic): its components (``fill``), the three records, then the manifest."""
+    with atomic_dir(folder) as tmp:
+        if fill is not None:
+            fill(tmp)
+        save_json(scrub(train_settings), tmp / TRAIN_SETTINGS)
+        save_json(predict_settings, tmp / PREDICT_SETTINGS)
+        save_json(labels, tmp / LABELS)
+        write_manifest(tmp, method, components)
 
 
 def _predict_keys(config: Any, keys: tuple[str, ...]) -> dict[str, Any]:
