@@ -1,14 +1,20 @@
-"""Command-line entry points."""
+"""Command-line entry points: ``python -m xtransformer {train,predict,serve,ensemble}`` and the
+console scripts ``xmc-train``, ``xmc-predict``, ``xmc-serve``.
+
+Only ``train`` imports Hydra / Lightning: predicting with a linear model must stay light.
+"""
 
 from __future__ import annotations
 
+import argparse
+import itertools
+import json
 import logging
 import os
 import sys
+from importlib import resources
 from pathlib import Path
-
-import hydra
-from omegaconf import DictConfig
+from typing import Any, Iterator, Sequence
 
 from xtransformer.errors import UserError
 
@@ -18,9 +24,24 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
+
+def config_dir() -> str:
+    """The Hydra configs: shipped inside the installed package (copied there at build time, see
+    setup.py), else the checkout's top-level ``configs/`` (source tree / editable install)."""
+    shipped = resources.files("xtransformer") / "configs"
+    if shipped.is_dir() and (shipped / "train.yaml").is_file():
+        return str(shipped)
+    return str(Path(__file__).resolve().parents[2] / "configs")
 
 
+CONFIG_DIR = config_dir()
+
+
+class CLIError(ValueError):
+    """Bad command-line input; printed as one line."""
+
+
+# ---------------------------------------------------------------------------------------------- train
 class _DropAdverts(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "litlogger" not in record.getMessage()
@@ -36,8 +57,7 @@ def _quiet_lightning_logging() -> None:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropAdverts())
 
 
-@hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
-def _train(cfg: DictConfig) -> float | None:
+def _train(cfg: Any) -> float | None:
     import lightning.pytorch  # noqa: F401  (import first: it installs the handlers removed next)
 
     from xtransformer.pipeline.run import run
@@ -55,5 +75,209 @@ def _train(cfg: DictConfig) -> float | None:
     return metrics.get("metrics", {}).get("P@1") if metrics else None
 
 
-def train_main() -> None:
-    _train()
+def train_main(argv: Sequence[str] | None = None) -> None:
+    """``xmc-train key=value ...``: the Hydra training job (``--help`` lists the config groups)."""
+    import hydra
+
+    if argv is not None:  # Hydra reads sys.argv itself
+        sys.argv = [sys.argv[0], *argv]
+    hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")(_train)()
+
+
+# ---------------------------------------------------------------------------------------------- predict
+def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 file, one document a line; a bad byte names its line."""
+    stream = sys.stdin.buffer if str(path) == "-" else open(path, "rb")
+    try:
+        for n, raw in enumerate(stream, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise CLIError(f"{path}:{n}: not UTF-8 ({e.reason} at byte {e.start})") from None
+            yield n, text.rstrip("\r\n")
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def _chunks(it: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def _count_lines(path: str) -> int | None:
+    if path == "-":
+        return None
+    with open(path, "rb") as fh:
+        return sum(block.count(b"\n") for block in iter(lambda: fh.read(1 << 20), b""))
+
+
+def _parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CLIError(f"--set takes key=value, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value  # plain strings such as post_processor names
+    return out
+
+
+def _format_row(row: dict[str, Any], fmt: str) -> str:
+    if fmt == "jsonl":
+        return json.dumps(row, ensure_ascii=False)
+    return "\t".join(f"{label}:{score:.6g}" for label, score in zip(row["labels"], row["scores"]))
+
+
+def _label_matrix(lines: list[tuple[int, str]], index: dict[str, int], n_labels: int) -> tuple[Any, int]:
+    import numpy as np
+    import scipy.sparse as sp
+
+    rows, cols, unknown = [], [], 0
+    for i, (_, text) in enumerate(lines):
+        for label in text.split():
+            if label in index:
+                rows.append(i)
+                cols.append(index[label])
+            else:
+                unknown += 1
+    Y = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(lines), n_labels))
+    Y.sum_duplicates()
+    Y.data[:] = 1.0
+    return Y, unknown
+
+
+def predict_main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="xmc-predict",
+        description="Predict labels for texts (one UTF-8 document a line) with a saved model folder; "
+                    "with --labels also print P@k / R@k / nDCG@k.")
+    p.add_argument("--model", required=True, help="a method folder (run/model/<method>), a run's model/ folder "
+                                                  "or a run folder (then --method, default the run's main method)")
+    p.add_argument("--method", default=None, help="xrlinear | xtransformer | xtransformer+xrlinear | ...")
+    p.add_argument("--input", required=True, help="texts, one document a line ('-' reads stdin)")
+    p.add_argument("--labels", default=None, help="true labels, space-separated ids a line, aligned with --input")
+    p.add_argument("--k", type=int, default=5, help="labels per document in the output (default 5)")
+    p.add_argument("--format", choices=("jsonl", "tsv"), default="jsonl",
+                   help="jsonl: {labels, names, scores} a line; tsv: label:score pairs, tab-separated")
+    p.add_argument("--output", default=None, help="output file (default stdout)")
+    p.add_argument("--chunk-size", type=int, default=4096, help="documents predicted together (memory bound)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a prediction setting of the model, e.g. --set beam_size=20 (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the model's files")
+    args = p.parse_args(argv)
+    try:
+        return _predict(args)
+    except (CLIError, ValueError, OSError) as e:  # ModelError / DataError are ValueErrors
+        print(f"xmc-predict: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from xtransformer.model import XMCModel
+    from xtransformer.ranker.topk import topk_csr
+
+    if args.k < 1 or args.chunk_size < 1:
+        raise CLIError("--k and --chunk-size must be >= 1")
+    overrides = _parse_overrides(args.overrides)
+    model = XMCModel.load(args.model, method=args.method, verify=not args.no_verify)
+    model.settings(overrides)  # unknown settings fail before any work
+    want = max(args.k, 5)  # metrics report up to @5
+    texts = read_lines(args.input)
+    labels = read_lines(args.labels) if args.labels else None
+    index = {label: i for i, label in enumerate(model.label_ids)}
+    kept, truth, unknown = [], [], 0
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    bar = tqdm(total=_count_lines(args.input), unit="doc", desc="xmc-predict", disable=args.no_progress,
+               file=sys.stderr)
+    try:
+        for chunk in _chunks(texts, args.chunk_size):
+            pred = model.predict_csr([t for _, t in chunk], **model.overrides_for_k(want, overrides))
+            for row in model.top_labels(pred, args.k):
+                out.write(_format_row(row, args.format) + "\n")
+            if labels is not None:
+                lab = list(itertools.islice(labels, len(chunk)))
+                if len(lab) != len(chunk):
+                    raise CLIError(f"{args.labels}: {len(lab) + chunk[0][0] - 1} lines, fewer than {args.input}")
+                Y, bad = _label_matrix(lab, index, model.n_labels)
+                truth.append(Y)
+                unknown += bad
+                kept.append(topk_csr(pred, want))
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+        if out is not sys.stdout:
+            out.close()
+    if labels is not None:
+        if next(labels, None) is not None:
+            raise CLIError(f"{args.labels}: more lines than {args.input}")
+        _report_metrics(truth, kept, unknown, args.output is None)
+    return 0
+
+
+def _report_metrics(truth: list[Any], kept: list[Any], unknown: int, to_stderr: bool) -> None:
+    import scipy.sparse as sp
+
+    from xtransformer.metrics import evaluate, format_metrics_table
+
+    if not truth:
+        raise CLIError("no documents to evaluate")
+    res = evaluate(sp.vstack(truth, format="csr"), sp.vstack(kept, format="csr"))
+    keys = [f"{m}@{k}" for m in ("P", "R", "nDCG") for k in (1, 3, 5)]
+    line = format_metrics_table(res, keys)
+    if unknown:
+        line += f"\n({unknown} label ids not in the model's vocabulary counted as misses)"
+    print(line, file=sys.stderr if to_stderr else sys.stdout)
+
+
+# ---------------------------------------------------------------------------------------------- serve
+def serve_main(argv: Sequence[str] | None = None) -> int:
+    from xtransformer.serve import main
+
+    return main(argv)
+
+
+# ---------------------------------------------------------------------------------------------- dispatch
+COMMANDS = {
+    "train": "train a model (Hydra: xmc-train key=value ...; --help lists the options)",
+    "predict": "predict labels for a text file with a saved model folder",
+    "serve": "serve a saved model folder over HTTP (FastAPI)",
+    "ensemble": "combine the predictions of several finished runs",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        usage = "usage: python -m xtransformer {" + ",".join(COMMANDS) + "} [options]\n\n" + "\n".join(
+            f"  {name:<9} {text}" for name, text in COMMANDS.items())
+        print(usage, file=sys.stdout if argv and argv[0] in ("-h", "--help") else sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    command, rest = argv[0], argv[1:]
+    if command == "train":
+        train_main(rest)
+        return 0
+    if command == "predict":
+        return predict_main(rest)
+    if command == "serve":
+        return serve_main(rest)
+    from xtransformer.ensemble import main as ensemble_main
+
+    return ensemble_main(rest)
+
+
+def predict_entry() -> None:
+    sys.exit(predict_main())
+
+
+def serve_entry() -> None:
+    sys.exit(serve_main())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

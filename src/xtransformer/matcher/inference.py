@@ -96,13 +96,18 @@ def load_matcher_model(path: str | os.PathLike, device: str | torch.device = "cp
     if (path / "model").is_dir() and not (path / "matcher_config.json").is_file():
         path = path / "model"  # accept the training output folder too
     if not is_complete(path) or not (path / "matcher_config.json").is_file():
-        raise FileNotFoundError(f"no finished matcher model in {path} (expected encoder/, head.pt, "
+        raise FileNotFoundError(f"no finished matcher model in {path} (expected encoder/, head.pt or head.safetensors, "
                                 "matcher_config.json and a _COMPLETE marker)")
     meta = load_json(path / "matcher_config.json")
     encoder = AutoModel.from_pretrained(path / "encoder").to(device)
     tokenizer = AutoTokenizer.from_pretrained(path / "encoder")
     head = nn.Linear(int(meta["hidden_size"]), int(meta["num_clusters"]))
-    head.load_state_dict(torch.load(path / "head.pt", map_location="cpu"))
+    if (path / "head.safetensors").is_file():  # portable model folders hold no pickles
+        from safetensors.torch import load_file
+
+        head.load_state_dict(load_file(path / "head.safetensors"))
+    else:
+        head.load_state_dict(torch.load(path / "head.pt", map_location="cpu"))
     return LoadedMatcher(encoder=encoder.eval(), head=head.to(device).eval(), tokenizer=tokenizer, meta=meta)
 
 

@@ -3,7 +3,7 @@
 Each stage is a small function in ``stages.py`` whose artifacts are cached under a key of the
 settings that influence them (``cache.py``). This module composes them from a Hydra config and
 writes the run folder: ``metrics.json``, ``predictions/{split}.npz``, ``truth/{split}.npz``,
-``label_vocab.txt`` and plots.
+``label_vocab.txt``, plots and ``model/`` (every trained method as a portable model folder).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from xtransformer.ensemble import METHODS as ENSEMBLE_METHODS
 from xtransformer.ensemble import ensemble_predictions
 from xtransformer.indexing import check_copies_fit
 from xtransformer.metrics import evaluate, format_metrics_table, propensity
+from xtransformer.model.export import XRTransformerParts, XTransformerParts, save_run_models
 from xtransformer.pipeline import stages
 from xtransformer.pipeline.cache import StageCache
 from xtransformer.pipeline.loggers import build_loggers, log_final
@@ -84,11 +85,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     results: dict[str, Any] = {}
     index: dict[str, Any] = {}  # n_copies and overlap of each method's leaf level (the main one at the top)
     predictions: dict[str, Any] = {}
+    models: dict[str, Any] = {}  # what save_run_models writes into <run>/model/
 
     if method == "xrlinear" and not is_rank_zero():
         return {}  # nothing to help train (SLURM starts every task of a job from the top)
     if (cfg.baseline and is_rank_zero()) or method == "xrlinear":
         base = stages.xrlinear(cache, ds, X, cfg)
+        models["xrlinear"] = base
         t = lap("xrlinear_train", t)
         predictions["xrlinear"] = base.predict(X[eval_split])
         t = lap("xrlinear_predict", t)
@@ -111,6 +114,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         t = lap("predict", t)
         results["xrtransformer"] = evaluate(ds.splits[eval_split].Y, predictions["xrtransformer"], inv_propensity=inv_prop)
         levels = tuned.levels
+        models["xrtransformer"] = XRTransformerParts(final, tuned.model_dir, xr_cfg, matcher_cfg)
         index = {**stages.index_section(1, chain.leaf_assignment), **index}
         extra["xrtransformer"] = {"finetune_s": round(sum(lv["seconds"] for lv in levels), 3),  # as trained
                                   "encode_docs_per_s": tuned.outputs.metrics.get("inference_docs_per_s", {})}
@@ -122,6 +126,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if not is_rank_zero():
             return {}
         ranker = stages.ranker(cache, ds, X, mout, chain, cfg, matcher_key)
+        models["xtransformer"] = XTransformerParts(ranker, mout.model_dir, chain, matcher_cfg)
         t = lap("ranker_train", t)
         predictions["xtransformer"] = stages.predict(ranker, X, mout, eval_split)
         t = lap("predict", t)
@@ -154,6 +159,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_run_outputs(out_dir, ds, predictions, main, eval_split, metrics)
+    save_run_models(out_dir / "model", cfg, ds, models, main,
+                    combine=cfg.combine_with_baseline if f"{main}+xrlinear" in predictions else None)
     for name, res in results.items():
         if isinstance(res, dict) and "P@1" in res:
             log.info("%s on %s: %s", name, eval_split, format_metrics_table(res, REPORT_KEYS))

@@ -27,8 +27,6 @@ from xtransformer.pipeline.cache import StageCache
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, LinearRanker, RankerConfig, concat_features
 from xtransformer.ranker.negatives import binarize, negative_mask
 from xtransformer.utils.io import load_json, save_json, settings_key
-from xtransformer.ranker.postprocess import get_post_processor
-from xtransformer.ensemble import ensemble_predictions
 from xtransformer.xrtransformer import XRTransformerConfig, XRTransformerConfigError
 
 log = logging.getLogger(__name__)
@@ -279,19 +277,17 @@ def xrtransformer(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix]
 
 def predict_xrtransformer(model: HierarchicalLinear, xcfg: XRTransformerConfig, X: dict[str, sp.csr_matrix],
                           tuned: Any, split: str) -> sp.csr_matrix:
-    from xtransformer.xrtransformer.model import final_features
+    from xtransformer.xrtransformer.model import combine_with_head, final_features
 
     feats = final_features(xcfg.final.features, X[split], tuned.outputs.embeddings(split), model.config.neural_weight)
     pred = model.predict(feats)
     if xcfg.final.combine_head is None:
         return pred
-    head = tuned.outputs.topb(split)  # the last fine-tuned level's top-b scores
-    if head.shape != pred.shape:
-        raise XRTransformerConfigError(
-            f"xrtransformer.final.combine_head={xcfg.final.combine_head!r}: the last fine-tuned level has "
-            f"{head.shape[1]} clusters, not the {pred.shape[1]} labels (raise xrtransformer.max_match_clusters)")
-    head.data = get_post_processor(model.config.post_processor).transform(head.data)  # the linear scores' scale
-    return ensemble_predictions([pred, head], method=xcfg.final.combine_head, topk=model.config.topk)
+    try:
+        return combine_with_head(pred, tuned.outputs.topb(split), model.config.post_processor,
+                                 xcfg.final.combine_head, model.config.topk)
+    except ValueError as err:
+        raise XRTransformerConfigError(f"xrtransformer.{err}") from None
 
 
 def _xrlinear_config(cfg: DictConfig) -> HierarchicalLinearConfig:

@@ -19,10 +19,10 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 
 from xtransformer.ranker.blocks import BlockData, build_block, make_groups, plan_batches, ranges, with_bias
 from xtransformer.ranker.config import RankerConfig
@@ -31,9 +31,13 @@ from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.features import as_features
 from xtransformer.ranker.negatives import binarize
 from xtransformer.ranker.postprocess import PostProcessor, get_post_processor
-from xtransformer.ranker.solver import Block, SolverParams, SolveStats, solve_block
 from xtransformer.ranker.topk import Candidates, concat, dedupe_max, topk, topk_pairs
 from xtransformer.utils.io import atomic_dir, is_complete, load_csr, load_json, save_csr, save_json
+
+# The solver (and torch) are imported inside the training code only: a saved model predicts with
+# numpy/scipy alone, so serving a linear model never loads torch.
+if TYPE_CHECKING:
+    from xtransformer.ranker.solver import Block, SolverParams, SolveStats
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,8 @@ SCORER_CACHE_ROWS = 1 << 26  # keep every W_big when all clusters together stay 
 
 
 def solver_params(cfg: RankerConfig) -> SolverParams:
+    from xtransformer.ranker.solver import SolverParams
+
     return SolverParams(loss=cfg.loss, Cp=cfg.Cp, Cn=cfg.Cn, eps=cfg.eps, max_iter=cfg.max_iter, max_cg_iter=cfg.max_cg_iter)
 
 
@@ -274,6 +280,10 @@ class _BlockTrainer:
     """
 
     def __init__(self, params: SolverParams, threshold: float, threads: int, slots: int, n_tags: int = 1):
+        import torch
+
+        from xtransformer.ranker.solver import SolveStats
+
         self.params = params
         self.threshold = threshold
         self.slots = slots
@@ -282,10 +292,13 @@ class _BlockTrainer:
         self.pending: dict[Future, int] = {}  # chunk -> tag
         self.stats = [SolveStats() for _ in range(n_tags)]
         self.parts: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(n_tags)]
+        self._torch = torch
         self._old_threads = torch.get_num_threads()
         torch.set_num_threads(1)
 
     def submit(self, bd: BlockData, tag: int = 0) -> None:
+        from xtransformer.ranker.solver import Block
+
         block = Block.from_scipy(bd.X, bd.row_len, bd.col_len, bd.Y, bd.cost)
         n = bd.Y.shape[1]
         bounds = np.linspace(0, n, -(-n // self.slots) + 1).round().astype(int)  # even chunks
@@ -298,6 +311,8 @@ class _BlockTrainer:
                     self._collect(self.pending.pop(fut), fut)
 
     def _solve(self, bd: BlockData, block: Block, cols: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray, SolveStats]:
+        from xtransformer.ranker.solver import solve_block
+
         W = solve_block(block, self.params).numpy()
         slot_label = bd.slot_label[:, cols]
         col_task = bd.col_task
@@ -316,7 +331,7 @@ class _BlockTrainer:
                 self._collect(self.pending.pop(fut), fut)
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
-            torch.set_num_threads(self._old_threads)
+            self._torch.set_num_threads(self._old_threads)
         empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
         return [
             tuple(np.concatenate([p[i] for p in parts]) for i in range(3)) if parts else empty  # type: ignore[misc]

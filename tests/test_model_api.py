@@ -1,0 +1,45 @@
+"""XMCModel on small hand-built model folders: XR-Linear and an XR-Transformer-style model
+(tfidf + encoder + HierarchicalLinear on tfidf+neural features), predictions equal to the
+pieces' own, TF-IDF rebuilt from data equal to the fitted vectoriser's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from model_helpers import labels_record, save_toy_xrlinear, toy_tree
+from tiny_models import tiny_model_dir, toy_xmc
+from xtransformer.data.tfidf import TfidfConfig, _vectorizer
+from xtransformer.model import ModelError, XMCModel
+from xtransformer.model.export import XRTransformerParts, write_xrtransformer
+from xtransformer.model.folder import read_manifest
+from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, concat_features
+
+
+def test_tfidf_from_data_reproduces_the_fitted_vectorizer(tmp_path):
+    from xtransformer.model.tfidf_io import TfidfFeatures, save_tfidf
+
+    texts, _, _ = toy_xmc()
+    vec = _vectorizer(TfidfConfig(min_df=1))
+    vec.fit(texts["train"])
+    save_tfidf(vec, tmp_path / "tfidf", len(vec.vocabulary_))
+    new = texts["test"] + ["Ünïcödé words and an unseen token", ""]
+    got = TfidfFeatures(tmp_path / "tfidf").from_texts(new)
+    want = vec.transform(new).tocsr()
+    want.sort_indices()
+    assert (got != want).nnz == 0 and got.dtype == want.dtype
+
+
+def test_xrlinear_folder_predicts_as_the_model(tmp_path):
+    folder, texts = save_toy_xrlinear(tmp_path / "xrlinear")
+    model = XMCModel.load(folder)
+    direct = model.predictor.model.predict(model.predictor.tfidf.from_texts(texts["test"]))
+    assert (model.predict_csr(texts["test"]) != direct).nnz == 0
+    out = model.predict(texts["test"][:2], k=3)
+    assert out[0]["names"][0].startswith("label number") and len(out[0]["scores"]) == 3
+    assert model.predict([]) == []
+    with pytest.raises(ModelError, match="list of texts"):
+        model.predict("one string")
+    with pytest.raises(ModelError, match="k must be"):
+        model.predict(texts["test"], k=0)
+
