@@ -60,67 +60,70 @@ class XRLinearPredictor:
         return self.predict_features(self.tfidf.from_texts(texts), settings)
 
 
-class XTransformerPredictor:
-    """TF-IDF + fine-tuned matcher (top-b clusters, embeddings) -> LinearRanker over the shortlist."""
+class _NeuralPredictor:
+    """TF-IDF + a fine-tuned matcher folder + a linear model of ``ranker_cls``; the encoder runs
+    through ``predict_matcher``, exactly as the run embedded its eval split."""
 
     needs_text = True
 
-    def __init__(self, folder: Path, components: dict[str, Any]):
-        from xtransformer.matcher.inference import load_matcher_model
-        from xtransformer.ranker.linear import LinearRanker
-
-        self.tfidf = TfidfFeatures(folder / TFIDF_DIR)
-        self.ranker = LinearRanker.load(folder / RANKER_DIR)
-        self.base_config = self.ranker.config
-        self.features = components["features"]
-        self.matcher = load_matcher_model(folder / MATCHER_DIR, device="cpu")
-
-    def predict(self, texts: Sequence[str], settings: dict[str, Any]) -> sp.csr_matrix:
-        from xtransformer.matcher.inference import predict_matcher
-        from xtransformer.ranker.features import concat_features
-
-        X = self.tfidf.from_texts(texts)
-        pred = predict_matcher(None, texts, batch_size=settings["eval_batch_size"], topb=settings["topb"],
-                               precision=settings["inference_precision"], normalize=self.features["normalize_embeddings"],
-                               device="cpu", progress=False, model=self.matcher)
-        ranker = _with_settings(self.ranker, self.base_config, settings)
-        if self.features["kind"] == "tfidf":
-            feats = X
-        else:  # the run stored the embeddings in this dtype and the ranker read them back
-            emb = pred.embeddings.astype(self.features["embeddings_dtype"])
-            feats = concat_features(X, emb, weight=self.features["neural_weight"])
-        return ranker.predict(feats, pred.topb)
-
-
-class XRTransformerPredictor:
-    """TF-IDF + the fine-tuned encoder's embeddings -> the final HierarchicalLinear (beam search);
-    optionally combined with the label-level head (``combine_head``), as the run predicted."""
-
-    needs_text = True
+    @staticmethod
+    def ranker_cls() -> Any:  # imported on use: loading a linear-only model must not import torch
+        raise NotImplementedError
 
     def __init__(self, folder: Path, components: dict[str, Any]):
         from xtransformer.matcher.inference import load_matcher_model
-        from xtransformer.ranker.hierarchical import HierarchicalLinear
 
         self.tfidf = TfidfFeatures(folder / TFIDF_DIR)
-        self.model = HierarchicalLinear.load(folder / RANKER_DIR)
+        self.model = self.ranker_cls().load(folder / RANKER_DIR)
         self.base_config = self.model.config
         self.features = components["features"]
         self.matcher = load_matcher_model(folder / MATCHER_DIR, device="cpu")
 
-    def predict(self, texts: Sequence[str], settings: dict[str, Any]) -> sp.csr_matrix:
+    def encode(self, texts: Sequence[str], settings: dict[str, Any]) -> tuple[sp.csr_matrix, np.ndarray, sp.csr_matrix]:
+        """(TF-IDF, embeddings in the dtype the run stored them, the matcher head's top-b)."""
         from xtransformer.matcher.inference import predict_matcher
-        from xtransformer.xrtransformer.model import combine_with_head, final_features
 
         pred = predict_matcher(None, texts, batch_size=settings["eval_batch_size"], topb=settings["topb"],
                                precision=settings["inference_precision"], normalize=self.features["normalize_embeddings"],
                                device="cpu", progress=False, model=self.matcher)
-        emb = pred.embeddings.astype(self.features["embeddings_dtype"])  # as the run stored and read them
+        return self.tfidf.from_texts(texts), pred.embeddings.astype(self.features["embeddings_dtype"]), pred.topb
+
+
+class XTransformerPredictor(_NeuralPredictor):
+    """TF-IDF + fine-tuned matcher (top-b clusters, embeddings) -> LinearRanker over the shortlist."""
+
+    @staticmethod
+    def ranker_cls() -> Any:
+        from xtransformer.ranker.linear import LinearRanker
+
+        return LinearRanker
+
+    def predict(self, texts: Sequence[str], settings: dict[str, Any]) -> sp.csr_matrix:
+        from xtransformer.ranker.features import concat_features
+
+        X, emb, topb = self.encode(texts, settings)
+        feats = X if self.features["kind"] == "tfidf" else concat_features(X, emb, weight=self.features["neural_weight"])
+        return _with_settings(self.model, self.base_config, settings).predict(feats, topb)
+
+
+class XRTransformerPredictor(_NeuralPredictor):
+    """TF-IDF + the fine-tuned encoder's embeddings -> the final HierarchicalLinear (beam search);
+    optionally combined with the label-level head (``combine_head``), as the run predicted."""
+
+    @staticmethod
+    def ranker_cls() -> Any:
+        from xtransformer.ranker.hierarchical import HierarchicalLinear
+
+        return HierarchicalLinear
+
+    def predict(self, texts: Sequence[str], settings: dict[str, Any]) -> sp.csr_matrix:
+        from xtransformer.xrtransformer.model import combine_with_head, final_features
+
+        X, emb, head = self.encode(texts, settings)
         model = _with_settings(self.model, self.base_config, settings)
-        scores = model.predict(final_features(self.features["kind"], self.tfidf.from_texts(texts), emb,
-                                              self.features["neural_weight"]))
+        scores = model.predict(final_features(self.features["kind"], X, emb, self.features["neural_weight"]))
         if settings.get("combine_head"):
-            scores = combine_with_head(scores, pred.topb, model.config.post_processor, settings["combine_head"],
+            scores = combine_with_head(scores, head, model.config.post_processor, settings["combine_head"],
                                        model.config.topk)
         return scores
 
