@@ -62,13 +62,15 @@ class XRLevelModule(MatcherModule):
         return self
 
     # ------------------------------------------------------------------ shortlist
-    def shortlist_mask(self, emb: torch.Tensor, targets: torch.Tensor, tfn: torch.Tensor | None) -> torch.Tensor:
-        """``B x K_t`` boolean: positives, children of true parents, children of predicted parents."""
+    def shortlist_mask(self, emb: torch.Tensor, targets: torch.Tensor, tfn: torch.Tensor | None,
+                       predicted: torch.Tensor | None = None) -> torch.Tensor:
+        """``B x K_t`` boolean: positives, children of true parents, children of predicted parents
+        (``predicted``: :meth:`predicted_children`, when the caller has it already)."""
         mask = targets > 0  # teacher forcing always keeps every positive cluster
         if self.use_tfn and tfn is not None:
             mask = mask | tfn
         if self.use_man:
-            mask = mask | self.predicted_children(emb)
+            mask = mask | (predicted if predicted is not None else self.predicted_children(emb))
         return mask
 
     @torch.no_grad()
@@ -92,14 +94,15 @@ class XRLevelModule(MatcherModule):
         if not self.use_shortlist:
             loss = weighted_squared_hinge(self.head(emb), targets, weights)
             return loss, {"shortlist": float(targets.shape[1])}
-        mask = self.shortlist_mask(emb, targets, tfn)
+        predicted = self.predicted_children(emb) if self.use_man else None
+        mask = self.shortlist_mask(emb, targets, tfn, predicted)
         rows, cols = mask.nonzero(as_tuple=True)
         logits = self.shortlist_logits(emb, rows, cols)
         loss = weighted_squared_hinge(logits, targets[rows, cols], weights[rows, cols], rows, emb.shape[0])
         stats = {"shortlist": rows.numel() / emb.shape[0]}
-        if self.use_man:  # how many true clusters the matcher-aware half alone would have offered
+        if predicted is not None:  # how many true clusters the matcher-aware half alone would have offered
             pos = targets > 0
-            stats["man_recall"] = float((self.predicted_children(emb) & pos).sum() / pos.sum().clamp(min=1))
+            stats["man_recall"] = float((predicted & pos).sum() / pos.sum().clamp(min=1))
         return loss, stats
 
     # ------------------------------------------------------------------ Lightning
