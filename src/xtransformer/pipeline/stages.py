@@ -218,15 +218,12 @@ def xr_plan(n_labels: int, icfg: IndexingConfig, xcfg: XRTransformerConfig, mcfg
     name every level, or a first level above ``max_match_clusters``, fails before any data work."""
     from xtransformer.indexing.kmeans import resolve_n_clusters, tree_levels
     from xtransformer.xrtransformer import XRTransformerConfigError
+    from xtransformer.xrtransformer.levels import n_matched
 
     k = resolve_n_clusters(n_labels, icfg.n_clusters, icfg.max_leaf_size)
     sizes = [1] + [lv.n_nodes for lv in tree_levels(n_labels, k, icfg.branching)[1:]] + [n_labels]
     tree = [sizes[i] for i in ClusterChain.subsampled_levels(sizes, xcfg.nr_splits)[1:]]
-    matched = []
-    for size in tree:
-        if size > xcfg.max_match_clusters:
-            break
-        matched.append(size)
+    matched = tree[:n_matched(tree, xcfg.max_match_clusters)]
     if not matched:
         raise XRTransformerConfigError(
             f"xrtransformer.max_match_clusters={xcfg.max_match_clusters}: the tree's first level has {tree[0]} "

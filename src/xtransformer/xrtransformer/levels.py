@@ -42,14 +42,18 @@ def tree_levels(chain: Sequence[sp.spmatrix]) -> list[Level]:
     return [Level(t, C, A) for t, (C, A) in enumerate(zip(mats, maps))]
 
 
+def n_matched(sizes: Sequence[int], max_match_clusters: int) -> int:
+    """How many levels (node counts ``sizes``, top first) are fine-tuned: from the top, every level
+    with at most ``max_match_clusters`` nodes."""
+    n = 0
+    while n < len(sizes) and sizes[n] <= max_match_clusters:
+        n += 1
+    return n
+
+
 def matched_levels(levels: Sequence[Level], max_match_clusters: int) -> list[Level]:
-    """The levels to fine-tune: from the top, every level with at most ``max_match_clusters`` nodes."""
-    out = []
-    for level in levels:
-        if level.n_nodes > max_match_clusters:
-            break
-        out.append(level)
-    return out
+    """The levels to fine-tune (see :func:`n_matched`)."""
+    return list(levels[:n_matched([lv.n_nodes for lv in levels], max_match_clusters)])
 
 
 def count_targets(Y: sp.spmatrix, level: Level) -> sp.csr_matrix:
