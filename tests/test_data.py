@@ -145,13 +145,13 @@ def test_tfidf_settings_and_cache(toy, tmp_path):
     X = tfidf_features(ds, cfg, cache_dir=tmp_path / "c")
     assert X["train"].dtype == np.float32 and X["train"].shape[1] <= 50
     assert np.allclose(sp.linalg.norm(X["test"], axis=1), 1.0, atol=1e-5)
-    folders = list((tmp_path / "c" / "tfidf").iterdir())
+    folders = list((tmp_path / "c" / "stages" / "tfidf").iterdir())
     assert len(folders) == 1 and (folders[0] / "_COMPLETE").exists()
     # second call reads the cache: same matrix, no new folder; other settings, other key
     X2 = tfidf_features(ds, cfg, cache_dir=tmp_path / "c")
     assert (X2["test"] != X["test"]).nnz == 0
     tfidf_features(ds, {"min_df": 1, "max_features": 20}, cache_dir=tmp_path / "c")
-    assert len(list((tmp_path / "c" / "tfidf").iterdir())) == 2
+    assert len(list((tmp_path / "c" / "stages" / "tfidf").iterdir())) == 2
 
 
 # ---- bad input: one clear error naming the file and the line ----

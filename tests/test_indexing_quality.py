@@ -133,7 +133,7 @@ def test_yaml_configs_mirror_the_dataclass() -> None:
         ({"orphan_fallback": "x"}, "orphan_fallback"),
         ({"n_clusters": 8, "max_leaf_size": 10}, "at most one"),
         ({"branching": 1}, "branching"),
-        ({"colour": "red"}, "unknown indexing config key"),
+        ({"colour": "red"}, "unknown key"),
     ],
 )
 def test_config_errors(cfg: dict, match: str) -> None:

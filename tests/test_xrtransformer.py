@@ -137,7 +137,7 @@ def test_level_schedule_and_bad_settings():
         XRTransformerConfig(bootstrap="copy")
     with pytest.raises(XRTransformerConfigError, match=r"xrtransformer\.final\.features"):
         XRTransformerConfig.from_mapping({"final": {"features": "tfidf"}})
-    with pytest.raises(XRTransformerConfigError, match=r"unknown xrtransformer key"):
+    with pytest.raises(XRTransformerConfigError, match=r"unknown key.*xrtransformer\.depth"):
         XRTransformerConfig.from_mapping({"depth": 3})
 
 
@@ -191,7 +191,7 @@ def _fine_tune(tmp_path: Path, cache_dir: Path, crash_at: tuple[int, int] | None
     import lightning.pytorch as pl
 
     from tiny_models import build_tiny
-    from xtransformer.pipeline.cache import StageCache
+    from xtransformer.cache import StageCache
     from xtransformer.xrtransformer.train import fine_tune
 
     class CrashAt(pl.Callback):
@@ -208,9 +208,13 @@ def _fine_tune(tmp_path: Path, cache_dir: Path, crash_at: tuple[int, int] | None
     trainer = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False, "enable_model_summary": False,
                "num_sanity_val_steps": 0, "log_every_n_steps": 1, "logger": False}
     xcfg = XRTransformerConfig(**{"nr_splits": 2, "eval_docs": None, "only_topk": 1, **xr_settings})
+    from xtransformer.pipeline.keys import level_keys
+
     cache = StageCache(cache_dir)
+    n_levels = 1 if xcfg.levels == "last" else len(steps)
+    keys = level_keys("base", [0] * n_levels, mcfg.level_schedule(n_levels))
     tuned = fine_tune(mcfg, xcfg, {k: v for k, v in trainer.items() if k != "logger"}, texts, Ys, chain, cache,
-                      "base", eval_split="test", callbacks=[CrashAt()])
+                      keys, "embed-" + keys[-1], eval_split="test", callbacks=[CrashAt()])
     return tuned, cache
 
 

@@ -70,6 +70,9 @@ def _train(cfg: Any) -> float | None:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         logging.getLogger("xtransformer").error("%s", err)
+        wandb = sys.modules.get("wandb")  # its exit summary would otherwise print below the error
+        if wandb is not None and getattr(wandb, "run", None) is not None:
+            wandb.finish(exit_code=1, quiet=True)
         sys.exit(f"error: {err}")
     # the returned value is what Hydra sweepers optimise
     return metrics.get("metrics", {}).get("P@1") if metrics else None

@@ -1,4 +1,4 @@
-"""TF-IDF features from text, cached on disk under a key of data + settings.
+"""TF-IDF features from text, a stage of the stage cache (key: the data's content + settings).
 
 Word unigrams + bigrams, sublinear tf, l2-normalised rows, a configurable vocabulary cap: the
 features the XMC literature and PECOS's benchmarks use. The vectoriser is fit on train only;
@@ -8,7 +8,6 @@ them through unchanged.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import pickle
 import time
@@ -21,17 +20,24 @@ import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.preprocessing import normalize
 
+from xtransformer.cache import StageCache
 from xtransformer.data.dataset import XMCDataset
 from xtransformer.data.errors import DataError
 from xtransformer.data.paths import default_cache_dir
-from xtransformer.utils.io import atomic_dir, is_complete, load_csr, save_csr, save_json, settings_key
+from xtransformer.settings import Settings, run_field
+from xtransformer.utils.io import load_csr, save_csr, save_json, settings_key
 
 log = logging.getLogger(__name__)
 
+VECTORIZER = "vectorizer.pkl"
+
 
 @dataclass
-class TfidfConfig:
+class TfidfConfig(Settings):
     """Mirrors ``configs/tfidf/default.yaml``."""
+
+    where = "tfidf"
+    error = DataError
 
     ngram_max: int = 2
     max_features: int | None = 200_000
@@ -42,7 +48,7 @@ class TfidfConfig:
     strip_accents: str | None = "unicode"
     token_pattern: str = r"(?u)\b\w\w+\b"
     dtype: str = "float32"
-    n_jobs: int = 2  # threads transforming chunks of documents after the fit
+    n_jobs: int = run_field(2)  # threads transforming chunks of documents after the fit
 
 
 def _vectorizer(cfg: TfidfConfig) -> TfidfVectorizer:
@@ -69,13 +75,9 @@ def _transform(vec: TfidfVectorizer, texts: list[str], n_jobs: int) -> sp.csr_ma
     return sp.vstack(parts, format="csr")
 
 
-def _settings(cfg: TfidfConfig) -> dict:
-    return dataclasses.asdict(cfg) | {"n_jobs": None}  # threads do not change the features
-
-
-def _cache_folder(ds: XMCDataset, cfg: TfidfConfig, cache_dir: str | Path | None) -> Path:
-    key = settings_key(ds.source_key, _settings(cfg), sorted(ds.splits))
-    return Path(cache_dir or default_cache_dir()) / "tfidf" / f"{ds.name}-{key}"
+def tfidf_key(source_key: str, cfg: TfidfConfig, splits: list[str]) -> str:
+    """The TF-IDF stage's cache key: the data's content key, the training settings, the splits."""
+    return settings_key("tfidf", source_key, cfg.training_settings(), sorted(splits))
 
 
 def tfidf_features(
@@ -83,18 +85,38 @@ def tfidf_features(
     cfg: TfidfConfig | dict | None = None,
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
+    cache: StageCache | None = None,
+    key: str | None = None,
 ) -> dict[str, sp.csr_matrix]:
-    """TF-IDF matrices (float32 CSR, l2-normalised rows) for every split of ``ds``."""
-    cfg = TfidfConfig(**cfg) if isinstance(cfg, dict) else (cfg or TfidfConfig())
+    """TF-IDF matrices (float32 CSR, l2-normalised rows) for every split of ``ds``, through the
+    stage cache (``cache``, else one at ``cache_dir``; ``key`` defaults to :func:`tfidf_key`)."""
+    cfg = TfidfConfig.from_mapping(cfg) if isinstance(cfg, dict) else (cfg or TfidfConfig())
     if not ds.has_texts:
         if any(s.X is None for s in ds.splits.values()):
             raise DataError(f"dataset {ds.name!r} has neither texts nor features for every split")
         return {name: normalize(s.X.astype(np.float32), norm="l2", copy=True).tocsr() for name, s in ds.splits.items()}
-    settings = _settings(cfg)
-    folder = _cache_folder(ds, cfg, cache_dir)
-    if use_cache and is_complete(folder):
-        log.info("TF-IDF: cache hit %s", folder)
-        return {s: load_csr(folder / f"X.{s}.npz") for s in ds.splits}
+    own = cache is None
+    cache = cache if cache is not None else StageCache(Path(cache_dir or default_cache_dir()), enabled=use_cache)
+    key = key or tfidf_key(ds.source_key, cfg, list(ds.splits))
+
+    def build(tmp: Path) -> None:
+        vec, out = fit_tfidf(ds, cfg)
+        for s, X in out.items():
+            save_csr(X, tmp / f"X.{s}.npz")
+        with open(tmp / VECTORIZER, "wb") as fh:
+            pickle.dump(vec, fh)  # a workspace artifact; model folders store vocabulary + idf (model/tfidf_io.py)
+        save_json({"settings": cfg.training_settings(), "source_key": ds.source_key,
+                   "n_features": out["train"].shape[1]}, tmp / "meta.json")
+
+    folder = cache.run("tfidf", key, build, settings=cfg.training_settings())
+    out = {s: load_csr(folder / f"X.{s}.npz") for s in ds.splits}
+    if own:
+        cache.close()
+    return out
+
+
+def fit_tfidf(ds: XMCDataset, cfg: TfidfConfig) -> tuple[TfidfVectorizer, dict[str, sp.csr_matrix]]:
+    """Fit on train, transform every split (rows sorted, l2-normalised)."""
     t0 = time.perf_counter()
     vec = _vectorizer(cfg)
     out = {"train": vec.fit_transform(ds.splits["train"].texts).tocsr()}
@@ -103,26 +125,15 @@ def tfidf_features(
             out[name] = _transform(vec, split.texts, cfg.n_jobs)
     for X in out.values():
         X.sort_indices()
-    log.info(
-        "TF-IDF: %d features, fit+transform %.1fs (%s)",
-        out["train"].shape[1],
-        time.perf_counter() - t0,
-        ", ".join(f"{s} {X.shape[0]}x{X.shape[1]}" for s, X in out.items()),
-    )
-    if use_cache:
-        with atomic_dir(folder) as tmp:
-            for s, X in out.items():
-                save_csr(X, tmp / f"X.{s}.npz")
-            with open(tmp / "vectorizer.pkl", "wb") as fh:
-                pickle.dump(vec, fh)
-            save_json({"settings": settings, "source_key": ds.source_key, "n_features": out["train"].shape[1]}, tmp / "meta.json")
-    return out
+    log.info("TF-IDF: %d features, fit+transform %.1fs (%s)", out["train"].shape[1], time.perf_counter() - t0,
+             ", ".join(f"{s} {X.shape[0]}x{X.shape[1]}" for s, X in out.items()))
+    return vec, out
 
 
-def load_vectorizer(ds: XMCDataset, cfg: TfidfConfig | None = None, cache_dir: str | Path | None = None) -> TfidfVectorizer:
-    """The fitted vectoriser of a cached TF-IDF (to featurise new text at prediction time)."""
-    path = _cache_folder(ds, cfg or TfidfConfig(), cache_dir) / "vectorizer.pkl"
+def load_vectorizer(folder: str | Path) -> TfidfVectorizer:
+    """The fitted vectoriser of a TF-IDF stage folder (to featurise new text at prediction time)."""
+    path = Path(folder) / VECTORIZER
     if not path.is_file():
-        raise DataError("no cached TF-IDF vectoriser; run tfidf_features first", path)
+        raise DataError("no TF-IDF vectoriser here; run tfidf_features first", path)
     with open(path, "rb") as fh:
         return pickle.load(fh)

@@ -17,11 +17,15 @@ from xtransformer.indexing.kmeans import hierarchical_kmeans, resolve_n_clusters
 from xtransformer.indexing.quality import cluster_quality
 from xtransformer.indexing.representations import ORPHAN_FALLBACKS, EmbedFn, label_representation, parse_representation
 from xtransformer.ranker.copies import MERGES
+from xtransformer.settings import Settings, run_field
 
 
 @dataclass
-class IndexingConfig:
+class IndexingConfig(Settings):
     """Mirrors ``configs/indexing/{pifa_tfidf,pifa_neural,text_emb,pifa_concat}.yaml`` one-to-one."""
+
+    where = "indexing"
+    error = IndexingError
 
     name: str = "pifa_tfidf"  # pifa_tfidf | pifa_neural | text_emb | pifa_concat | a+b combinations
     n_clusters: int | None = None  # K; null: 2 ** (int(log2(L // 100 + 1)) + 1) (Eurlex-4K: 64)
@@ -31,7 +35,7 @@ class IndexingConfig:
     seed: int = 0
     normalize_y_rows: bool = True  # PIFA weights documents by 1/sqrt(#labels), as PECOS
     orphan_fallback: str = "auto"  # labels without positives: auto | text_neighbour | random_label | none
-    threads: int | None = None  # null: all CPUs available to the process
+    threads: int | None = run_field(None)  # null: all CPUs available to the process
     # label disentanglement (indexing/disentangle.py): each label in up to n_copies (λ) leaf clusters,
     # learned from where an XR-Linear model trained on the partition sends its positive documents
     n_copies: int = 1  # λ; 1: the partition as built (no reassignment, today's tree bit for bit)
@@ -41,45 +45,36 @@ class IndexingConfig:
     max_cluster_growth: float | None = 1.2
     min_count: int = 1  # (label, cluster) pairs reached by fewer positive documents are ignored
 
-    def __post_init__(self) -> None:
-        parse_representation(self.name)
+    def check(self) -> None:
+        try:
+            parse_representation(self.name)
+        except IndexingError as err:
+            raise self.bad("name", str(err)) from None
         check_disentangle_settings(self)
         if self.orphan_fallback not in ORPHAN_FALLBACKS:
-            raise IndexingError(
-                f"indexing.orphan_fallback must be one of {ORPHAN_FALLBACKS}, got {self.orphan_fallback!r}"
-            )
-        for key in ("branching", "max_iter"):
-            v = getattr(self, key)
-            if not isinstance(v, int) or isinstance(v, bool) or v < (2 if key == "branching" else 1):
-                raise IndexingError(f"indexing.{key} must be an int >= {2 if key == 'branching' else 1}, got {v!r}")
+            raise self.bad("orphan_fallback", f"expected one of {list(ORPHAN_FALLBACKS)}")
+        if self.branching < 2:
+            raise self.bad("branching", "must be an int >= 2")
+        if self.max_iter < 1:
+            raise self.bad("max_iter", "must be an int >= 1")
+        if self.n_clusters is not None and self.n_clusters < 2:  # one cluster: nothing for a matcher to learn
+            raise self.bad("n_clusters", "must be an int >= 2, or null for the paper's rule")
+        if self.max_leaf_size is not None and self.max_leaf_size < 1:
+            raise self.bad("max_leaf_size", "must be an int >= 1 or null")
         if self.n_clusters is not None and self.max_leaf_size is not None:
-            raise IndexingError("set at most one of indexing.n_clusters and indexing.max_leaf_size")
+            raise self.bad("n_clusters", f"set at most one of {self._where()}.n_clusters and {self._where()}.max_leaf_size")
 
-    @classmethod
-    def from_mapping(cls, cfg: Mapping[str, Any], where: str = "indexing") -> "IndexingConfig":
-        """Build from a dict / Hydra node, naming unknown keys in the error.
-
-        ``where``: the node's Hydra path (``xrlinear.indexing`` for XR-Linear's tree), used in errors.
-        """
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(cfg) - known)
-        if unknown:
-            raise IndexingError(f"unknown {where} config key(s) {unknown}; known: {sorted(known)}")
-        try:
-            return cls(**dict(cfg))
-        except IndexingError as e:  # messages name keys as indexing.<key>
-            if where == "indexing":
-                raise
-            raise IndexingError(str(e).replace("indexing.", f"{where}.")) from None
-
-    def cache_settings(self) -> dict[str, Any]:
-        """The settings that shape the tree: without ``threads``, and without the disentanglement
-        fields while ``n_copies`` is 1 (they change nothing then, so older caches stay valid)."""
-        out = dataclasses.asdict(self) | {"threads": None}
+    def training_settings(self) -> dict[str, Any]:
+        """The settings that shape the tree, without the disentanglement fields while ``n_copies``
+        is 1 (they change nothing then)."""
+        out = super().training_settings()
         if self.n_copies == 1:
             for key in DISENTANGLE_KEYS:
                 out.pop(key)
         return out
+
+    def cache_settings(self) -> dict[str, Any]:
+        return self.training_settings()
 
 
 DISENTANGLE_KEYS = ("n_copies", "merge", "max_cluster_growth", "min_count")
@@ -87,19 +82,16 @@ DISENTANGLE_KEYS = ("n_copies", "merge", "max_cluster_growth", "min_count")
 
 def check_disentangle_settings(cfg: IndexingConfig) -> None:
     """Fail on bad disentanglement settings before any data work, naming the key."""
-    n = cfg.n_copies
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise IndexingError(f"indexing.n_copies must be an int >= 1 (λ, clusters per label), got {n!r}")
-    if cfg.n_clusters is not None and n > cfg.n_clusters:
-        raise IndexingError(f"indexing.n_copies={n} is above the number of leaf clusters (indexing.n_clusters={cfg.n_clusters})")
+    if cfg.n_copies < 1:
+        raise cfg.bad("n_copies", "must be an int >= 1 (λ, clusters per label)")
+    if cfg.n_clusters is not None and cfg.n_copies > cfg.n_clusters:
+        raise cfg.bad("n_copies", f"is above the number of leaf clusters ({cfg._where()}.n_clusters={cfg.n_clusters})")
     if cfg.merge not in MERGES:
-        raise IndexingError(f"indexing.merge must be one of {list(MERGES)}, got {cfg.merge!r}")
-    m = cfg.min_count
-    if not isinstance(m, int) or isinstance(m, bool) or m < 1:
-        raise IndexingError(f"indexing.min_count must be an int >= 1, got {m!r}")
-    g = cfg.max_cluster_growth
-    if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float)) or not g >= 1):
-        raise IndexingError(f"indexing.max_cluster_growth must be null or a number >= 1, got {g!r}")
+        raise cfg.bad("merge", f"expected one of {list(MERGES)}")
+    if cfg.min_count < 1:
+        raise cfg.bad("min_count", "must be an int >= 1")
+    if cfg.max_cluster_growth is not None and not cfg.max_cluster_growth >= 1:
+        raise cfg.bad("max_cluster_growth", "must be null or a number >= 1")
 
 
 def check_copies_fit(cfg: IndexingConfig, n_labels: int, where: str = "indexing") -> None:

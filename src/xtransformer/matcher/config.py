@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from xtransformer.encoders import POOLINGS
 from xtransformer.errors import UserError
+from xtransformer.settings import Settings, predict_field, run_field
 
 EMBEDDING_DTYPES = ("float32", "float16")
 
-# Fields that change what training produces (the rest only change inference or bookkeeping).
-_INFERENCE_ONLY = frozenset({
-    "name", "eval_batch_size", "topb", "save_embeddings_dtype", "normalize_embeddings", "inference_precision",
-    "checkpoint_every_n_steps", "keep_checkpoints", "num_workers", "cache_dir", "progress",
-    "val_every_n_steps", "limit_val_batches",
-})
-
+# XR-Transformer's per-level schedule: training settings of the level loop, not of the one-level matcher
 _LEVEL_SCHEDULE = frozenset({"level_steps", "level_lr", "level_warmup_ratio"})
 
 
@@ -29,16 +24,19 @@ class MatcherConfigError(UserError):
 
 
 @dataclass
-class MatcherConfig:
+class MatcherConfig(Settings):
     """Fine-tuning of the neural matcher (encoder + K-way linear head, squared hinge loss)."""
 
-    name: str = "custom"  # display name of the config option (runs, W&B, tables); not a setting
+    where = "matcher"
+    error = MatcherConfigError
+
+    name: str = run_field("custom")  # display name of the config option (runs, W&B, tables); not a setting
     model_name_or_path: str = "minilm"
     pooling: str = "auto"  # auto | cls | last | mean; auto: by model family
     max_length: int = 128
     truncate_chars: int | None = None  # characters kept before tokenising; None: 16 * max_length
     batch_size: int = 32
-    eval_batch_size: int = 128
+    eval_batch_size: int = run_field(128)
     lr: float = 5e-5
     head_lr: float | None = None  # None: same as lr
     weight_decay: float = 0.01
@@ -48,17 +46,17 @@ class MatcherConfig:
     max_epochs: int | None = None
     grad_clip: float | None = 1.0
     accumulate_grad_batches: int = 1
-    val_every_n_steps: int | None = None  # None: validate at the end of each epoch
-    limit_val_batches: float = 1.0
-    topb: int = 20
-    save_embeddings_dtype: str = "float32"
-    normalize_embeddings: bool = False
-    inference_precision: str | None = None  # None: the trainer's precision
-    checkpoint_every_n_steps: int = 50
-    keep_checkpoints: bool = True
-    num_workers: int = 0
-    cache_dir: str | None = None  # tokenisation / model cache; None: the project cache ($XMC_CACHE_DIR or ./cache)
-    progress: bool = True
+    val_every_n_steps: int | None = run_field(None)  # None: validate at the end of each epoch
+    limit_val_batches: float = run_field(1.0)
+    topb: int = predict_field(20)  # clusters shortlisted per document
+    save_embeddings_dtype: str = predict_field("float32")
+    normalize_embeddings: bool = predict_field(False)
+    inference_precision: str | None = predict_field(None)  # None: the trainer's precision
+    checkpoint_every_n_steps: int = run_field(50)
+    keep_checkpoints: bool = run_field(True)
+    num_workers: int = run_field(0)
+    cache_dir: str | None = run_field(None)  # tokenisation / model cache; None: the project cache ($XMC_CACHE_DIR or ./cache)
+    progress: bool = run_field(True)
     seed: int = 0
     # XR-Transformer's per-level schedule (coarse to fine; ignored by the single-level matcher).
     # level_steps: optimizer steps per fine-tuned level; null: max_steps split 1 : 2 : ... : T.
@@ -67,12 +65,8 @@ class MatcherConfig:
     level_lr: list[float] | None = None
     level_warmup_ratio: list[float] | None = None
 
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        def bad(key: str, why: str) -> MatcherConfigError:
-            return MatcherConfigError(f"matcher.{key}={getattr(self, key)!r}: {why}")
+    def check(self) -> None:
+        bad = self.bad
 
         if not str(self.model_name_or_path).strip():
             raise bad("model_name_or_path", "must name a model or a local folder")
@@ -80,7 +74,7 @@ class MatcherConfig:
             raise bad("pooling", f"expected one of {('auto',) + POOLINGS}")
         for key in ("max_length", "batch_size", "eval_batch_size", "topb", "accumulate_grad_batches",
                     "checkpoint_every_n_steps"):
-            if int(getattr(self, key)) < 1:
+            if getattr(self, key) < 1:
                 raise bad(key, "must be >= 1")
         if self.truncate_chars is not None and self.truncate_chars < 1:
             raise bad("truncate_chars", "must be >= 1 or null")
@@ -136,22 +130,15 @@ class MatcherConfig:
         return [{"steps": int(s), "lr": float(lr), "warmup_ratio": float(w)}
                 for s, lr, w in zip(steps, pick("level_lr", self.lr), pick("level_warmup_ratio", self.warmup_ratio))]
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def training_settings(self, levels: bool = False) -> dict[str, Any]:
         """The fields that determine the fine-tuned weights (the checkpoint / model cache key).
 
         ``levels``: include XR-Transformer's per-level schedule (it does not touch the single-level
         matcher, so its key leaves it out).
         """
-        skip = _INFERENCE_ONLY if levels else _INFERENCE_ONLY | _LEVEL_SCHEDULE
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        out = super().training_settings()
+        return out if levels else {k: v for k, v in out.items() if k not in _LEVEL_SCHEDULE}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "MatcherConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise MatcherConfigError(f"unknown matcher config keys {unknown}; known: {sorted(known)}")
-        return cls(**values)
+        return cls.from_mapping(values)

@@ -46,7 +46,9 @@ from xtransformer.matcher.inference import (
     save_matcher_model,
 )
 from xtransformer.utils.dist import is_rank_zero, rank_label
-from xtransformer.utils.io import is_complete, load_csr, load_json, save_csr, save_json, save_npy, settings_key
+from xtransformer.utils.io import (
+    checksums, first_mismatch, is_complete, load_csr, load_json, mismatch, save_csr, save_json, save_npy, settings_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +251,9 @@ def write_matcher_outputs(cfg: MatcherConfig, trainer_cfg: dict[str, Any], loade
     metrics = {f"recall@{cfg.topb}": recall, "inference_docs_per_s": speed, "inference_device": str(device),
                "inference_precision": str(precision), **facts}
     save_json(metrics, out / "metrics.json")
-    save_json({"key": infer_key, "splits": list(outputs.splits)}, out / OUTPUTS_FILE)  # completion marker
+    files = [str(p.relative_to(out)) for s in outputs.splits for p in (outputs.embeddings_path(s), outputs.topb_path(s))]
+    save_json({"key": infer_key, "splits": list(outputs.splits), "checksums": checksums(out, files)},
+              out / OUTPUTS_FILE)  # completion marker, written last
     return outputs
 
 
@@ -325,21 +329,38 @@ def _settings_keys(cfg: MatcherConfig, trainer_cfg: Mapping[str, Any], fingerpri
     return train_key, infer_key
 
 
-def outputs_finished(out: Path, infer_key: str) -> bool:
+def outputs_finished(out: Path, infer_key: str, verify: bool = True) -> bool:
+    """True when ``out`` holds the outputs of ``infer_key`` and (``verify``) they match their checksums."""
     marker = out / OUTPUTS_FILE
-    return marker.is_file() and load_json(marker).get("key") == infer_key
+    if not marker.is_file():
+        return False
+    done = load_json(marker)
+    if done.get("key") != infer_key:
+        return False
+    bad = mismatch(out, done.get("checksums") or {OUTPUTS_FILE: {"size": -1}}) if verify else None
+    if bad is not None:
+        log.warning("matcher outputs %s are corrupt or incomplete (checksum mismatch); recomputing them", out / bad)
+        marker.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def _model_matches(model_dir: Path, train_key: str) -> bool:
     meta = model_dir / "matcher_config.json"
-    return is_complete(model_dir) and meta.is_file() and load_json(meta).get("train_key") == train_key
+    if not (is_complete(model_dir) and meta.is_file() and load_json(meta).get("train_key") == train_key):
+        return False
+    bad = first_mismatch(model_dir)
+    if bad is not None:
+        log.warning("matcher model %s is corrupt (checksum mismatch); training it again", model_dir / bad)
+        shutil.rmtree(model_dir, ignore_errors=True)
+    return bad is None
 
 
 def _wait_for_outputs(out: Path, infer_key: str, poll_s: float = 1.0) -> MatcherOutputs:
     """Non-zero ranks: wait for rank 0 to finish writing (no collective: inference may be long)."""
     parent = os.getppid()
     log.info("rank (%s) waits for matcher outputs in %s", rank_label(), out)
-    while not outputs_finished(out, infer_key):
+    while not outputs_finished(out, infer_key, verify=False):
         if os.getppid() != parent:
             raise RuntimeError(f"rank 0 exited before writing the matcher outputs to {out}")
         time.sleep(poll_s)

@@ -24,8 +24,6 @@ from xtransformer.utils.io import atomic_dir, load_json, save_json
 
 log = logging.getLogger(__name__)
 
-# Ranker config fields that only steer prediction (the stage keys in pipeline/stages.py leave them out too)
-RANKER_PREDICT_KEYS = ("beam_size", "topk", "post_processor", "matcher_weight", "threads")
 # Settings that would point into this machine's cache or checkout: meaningless in a portable folder
 _LOCAL_KEYS = {"cache_dir", "base_model", "output_dir", "log_dir", "root_dir"}
 
@@ -72,13 +70,9 @@ def write_method(folder: Path, method: str, components: dict[str, Any], train_se
         write_manifest(tmp, method, components)
 
 
-def _predict_keys(config: Any, keys: tuple[str, ...]) -> dict[str, Any]:
-    d = config.to_dict()
-    return {k: d[k] for k in keys if k in d}
-
-
-def _train_keys(config: Any) -> dict[str, Any]:
-    return {k: v for k, v in config.to_dict().items() if k not in RANKER_PREDICT_KEYS}
+def _ranker_predict(config: Any) -> dict[str, Any]:
+    """A ranker's prediction record, plus its thread count (a run setting the predictor still needs)."""
+    return config.prediction_settings() | {"threads": config.threads}
 
 
 # ---------------------------------------------------------------------------------------- per kind
@@ -89,8 +83,8 @@ def write_xrlinear(folder: Path, method: str, vectorizer: Any, n_features: int, 
         model.save(f / RANKER_DIR)
 
     write_method(folder, method, {"kind": "xrlinear", "tfidf": TFIDF_DIR, "ranker": RANKER_DIR},
-                 train_settings | {"model": _train_keys(model.config)},
-                 _predict_keys(model.config, ("beam_size", "topk", "post_processor", "threads")), labels, fill)
+                 train_settings | {"model": model.config.training_settings()},
+                 _ranker_predict(model.config), labels, fill)
 
 
 def write_xtransformer(folder: Path, method: str, vectorizer: Any, n_features: int, parts: XTransformerParts,
@@ -110,9 +104,10 @@ def write_xtransformer(folder: Path, method: str, vectorizer: Any, n_features: i
                      "normalize_embeddings": mcfg.normalize_embeddings, "embeddings_dtype": mcfg.save_embeddings_dtype},
     }
     predict = {"topb": mcfg.topb, "eval_batch_size": mcfg.eval_batch_size, "inference_precision": inference_precision,
-               **_predict_keys(rcfg, ("post_processor", "matcher_weight", "topk", "threads"))}
+               **{k: v for k, v in _ranker_predict(rcfg).items() if k != "beam_size"}}  # one level: no beam
     write_method(folder, method, components,
-                 train_settings | {"matcher": mcfg.training_settings(), "ranker": _train_keys(rcfg)}, predict, labels, fill)
+                 train_settings | {"matcher": mcfg.training_settings(), "ranker": rcfg.training_settings()},
+                 predict, labels, fill)
 
 
 def write_xrtransformer(folder: Path, method: str, vectorizer: Any, n_features: int, parts: XRTransformerParts,
@@ -130,13 +125,10 @@ def write_xrtransformer(folder: Path, method: str, vectorizer: Any, n_features: 
                      "normalize_embeddings": mcfg.normalize_embeddings, "embeddings_dtype": mcfg.save_embeddings_dtype},
     }
     predict = {"topb": mcfg.topb, "eval_batch_size": mcfg.eval_batch_size, "inference_precision": inference_precision,
-               "combine_head": final.combine_head,
-               **_predict_keys(parts.model.config, ("beam_size", "topk", "post_processor", "threads"))}
+               "combine_head": final.combine_head, **_ranker_predict(parts.model.config)}
     write_method(folder, method, components,
                  train_settings | {"matcher": mcfg.training_settings(levels=True),
-                                   "xrtransformer": parts.xcfg.training_settings(),
-                                   "final": {"features": final.features, "tree": final.tree, "nr_splits": final.nr_splits,
-                                             "model": _train_keys(parts.model.config)}},
+                                   "xrtransformer": parts.xcfg.training_settings()},
                  predict, labels, fill)
 
 
@@ -161,17 +153,17 @@ def copy_matcher(src: Path, dst: Path) -> None:
 
 # ---------------------------------------------------------------------------------------- the run
 def save_run_models(model_dir: str | Path, cfg: Any, ds: Any, models: dict[str, Any], main: str,
-                    combine: str | None = None) -> Path:
+                    tfidf_dir: Path | None, combine: str | None = None) -> Path:
     """Write ``model_dir/<method>/`` for every trained method in ``models`` (``"xrlinear"``:
     HierarchicalLinear, ``"xtransformer"``: :class:`XTransformerParts`, ``"xrtransformer"``:
-    :class:`XRTransformerParts`) and, with ``combine``, ``xtransformer+xrlinear`` (atomic)."""
+    :class:`XRTransformerParts`) and, with ``combine``, ``xtransformer+xrlinear`` (atomic).
+    ``tfidf_dir``: the TF-IDF stage folder (its fitted vectoriser), None for given features."""
     from omegaconf import OmegaConf
 
-    from xtransformer.data.tfidf import TfidfConfig, load_vectorizer
+    from xtransformer.data.tfidf import load_vectorizer
 
     plain = OmegaConf.to_container(cfg, resolve=True)
-    tcfg = TfidfConfig(**plain["tfidf"])
-    vectorizer = load_vectorizer(ds, tcfg, cache_dir=plain["paths"]["cache_dir"]) if ds.has_texts else None
+    vectorizer = load_vectorizer(tfidf_dir) if ds.has_texts else None
     n_features = len(vectorizer.vocabulary_) if vectorizer is not None else int(ds.splits["train"].X.shape[1])
     labels = {"ids": list(ds.vocab.ids), "names": list(ds.label_text)}
     common = {"dataset": ds.name, "data": plain["data"], "seed": plain["seed"], "tfidf": plain["tfidf"]}

@@ -16,23 +16,23 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from xtransformer.data import DataConfig, TfidfConfig, load_dataset, tfidf_features
-from xtransformer.ensemble import METHODS as ENSEMBLE_METHODS
+from xtransformer.cache import StageCache
+from xtransformer.data import load_dataset
 from xtransformer.ensemble import ensemble_predictions
 from xtransformer.indexing import check_copies_fit
 from xtransformer.metrics import evaluate, format_metrics_table, propensity
 from xtransformer.model.export import XRTransformerParts, XTransformerParts, save_run_models
 from xtransformer.pipeline import stages
-from xtransformer.pipeline.cache import StageCache
+from xtransformer.pipeline.keys import stage_keys
 from xtransformer.pipeline.loggers import build_loggers, log_final
-from xtransformer.xrtransformer import XRTransformerConfigError
+from xtransformer.pipeline.settings import METHODS, RunSettings, run_settings
 from xtransformer.utils.dist import is_rank_zero
 from xtransformer.utils.io import save_csr, save_json
 
 log = logging.getLogger(__name__)
 
-METHODS = ("xtransformer", "xrtransformer", "xrlinear")
 REPORT_KEYS = ("P@1", "P@3", "P@5", "R@1", "R@3", "R@5", "nDCG@5", "PSP@5")
+__all__ = ["METHODS", "run", "write_run_outputs"]
 
 
 def peak_rss_gib() -> float:
@@ -40,27 +40,23 @@ def peak_rss_gib() -> float:
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
+    s = run_settings(cfg)  # every setting checked here, before any data work: one line naming the key
+    if s.combine_with_baseline and not s.baseline and s.method != "xrlinear":
+        log.warning("combine_with_baseline=%s needs baseline=true; no combined result this run", s.combine_with_baseline)
+    if s.matcher is not None:
+        stages.check_model(s.matcher)  # fail before any data work if the encoder is missing
+    cache = StageCache(Path(s.cache_dir), enabled=s.cache)
+    try:
+        return _run(cfg, s, cache)
+    finally:
+        cache.close()
+
+
+def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    out_dir = Path(cfg.paths.output_dir)
-    cache = StageCache(Path(cfg.paths.cache_dir), enabled=bool(cfg.cache))
-    method = cfg.method  # xtransformer | xrtransformer | xrlinear
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
-    if cfg.combine_with_baseline not in (None, *ENSEMBLE_METHODS):
-        raise ValueError(f"combine_with_baseline must be one of {[*ENSEMBLE_METHODS, None]}, "
-                         f"got {cfg.combine_with_baseline!r}")
-    if cfg.combine_with_baseline and not cfg.baseline and method != "xrlinear":
-        log.warning("combine_with_baseline=%s needs baseline=true; no combined result this run", cfg.combine_with_baseline)
-    index_cfgs = stages.indexing_configs(cfg, method)  # bad indexing settings fail before any data work
-    neural = method != "xrlinear"
-    matcher_cfg = stages.matcher_config(cfg.matcher) if neural else None
-    xr_cfg = stages.xrtransformer_config(cfg) if method == "xrtransformer" else None
-    if xr_cfg is not None and index_cfgs["indexing"].n_copies > 1:
-        raise XRTransformerConfigError("indexing.n_copies > 1 (label disentanglement) is available for "
-                                       "method=xtransformer and xrlinear, not yet for xrtransformer")
-    if matcher_cfg is not None:
-        stages.check_model(matcher_cfg)  # fail before any data work if the encoder is missing
+    out_dir = Path(s.output_dir)
+    method, neural = s.method, s.neural
 
     def lap(name: str, since: float) -> float:
         now = time.perf_counter()
@@ -68,16 +64,19 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return now
 
     t = time.perf_counter()
-    ds = load_dataset(DataConfig(**OmegaConf.to_container(cfg.data, resolve=True)), cache_dir=cfg.paths.cache_dir)
-    log.info("dataset %s: %s", ds.name, {s: len(v) for s, v in ds.splits.items()})
+    ds = load_dataset(s.data, cache_dir=cache.base)
+    log.info("dataset %s: %s", ds.name, {name: len(v) for name, v in ds.splits.items()})
+    index_cfgs = {"xrlinear.indexing": s.xrlinear.indexing, **({"indexing": s.indexing} if neural else {})}
     for where, icfg in index_cfgs.items():  # λ against K, known once the label count is
         check_copies_fit(icfg, ds.n_labels, where)
-    if xr_cfg is not None:  # the level plan needs only the label count: check it before TF-IDF
-        sizes = stages.xr_plan(len(ds.vocab), stages.indexing_config(cfg), xr_cfg, matcher_cfg)
-        log.info("xrtransformer: fine-tuning %d levels of %s clusters, steps %s", len(sizes), sizes,
-                 [s["steps"] for s in matcher_cfg.level_schedule(len(sizes))])
+    xr_levels = None
+    if method == "xrtransformer":  # the level plan needs only the label count: check it before TF-IDF
+        xr_levels = stages.xr_plan(len(ds.vocab), s.indexing, s.xrtransformer, s.matcher)
+        log.info("xrtransformer: fine-tuning %d levels of %s clusters, steps %s", len(xr_levels), xr_levels,
+                 [sch["steps"] for sch in s.matcher.level_schedule(len(xr_levels))])
+    keys = stage_keys(s, ds.source_key, list(ds.splits), xr_levels)
     t = lap("load_data", t)
-    X = tfidf_features(ds, TfidfConfig(**OmegaConf.to_container(cfg.tfidf, resolve=True)), cache_dir=cfg.paths.cache_dir)
+    X, tfidf_dir = stages.tfidf(cache, ds, s, keys)
     t = lap("tfidf", t)
     loggers = build_loggers(cfg) if is_rank_zero() else []
     eval_split = ds.eval_split
@@ -89,64 +88,63 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     if method == "xrlinear" and not is_rank_zero():
         return {}  # nothing to help train (SLURM starts every task of a job from the top)
-    if (cfg.baseline and is_rank_zero()) or method == "xrlinear":
-        base = stages.xrlinear(cache, ds, X, cfg)
+    if (s.baseline and is_rank_zero()) or method == "xrlinear":
+        base = stages.xrlinear(cache, ds, X, s, keys)
         models["xrlinear"] = base
         t = lap("xrlinear_train", t)
         predictions["xrlinear"] = base.predict(X[eval_split])
         t = lap("xrlinear_predict", t)
         results["xrlinear"] = evaluate(ds.splits[eval_split].Y, predictions["xrlinear"], inv_propensity=inv_prop)
-        index = {"xrlinear": stages.index_section(index_cfgs["xrlinear.indexing"].n_copies, base.chain[-1])}
+        index = {"xrlinear": stages.index_section(s.xrlinear.indexing.n_copies, base.chain[-1])}
 
     levels: list[dict[str, Any]] = []
     extra: dict[str, Any] = {}
     if neural:
-        embed_fn = stages.pretrained_embedder(matcher_cfg, cfg, ds)
-        chain, index_key = stages.index(cache, ds, X, cfg, embed_fn)
+        chain = stages.index(cache, ds, X, s, keys, stages.pretrained_embedder(s, ds))
         t = lap("indexing", t)
 
     if method == "xrtransformer":
-        final, tuned = stages.xrtransformer(cache, ds, X, chain, matcher_cfg, xr_cfg, cfg, index_key, loggers)
+        final, tuned = stages.xrtransformer(cache, ds, X, chain, s, keys, loggers)
         t = lap("xrtransformer_train", t)
         if final is None:
             return {}  # ranks > 0 only helped fine-tune
-        predictions["xrtransformer"] = stages.predict_xrtransformer(final, xr_cfg, X, tuned, eval_split)
+        predictions["xrtransformer"] = stages.predict_xrtransformer(final, s.xrtransformer, X, tuned, eval_split)
         t = lap("predict", t)
         results["xrtransformer"] = evaluate(ds.splits[eval_split].Y, predictions["xrtransformer"], inv_propensity=inv_prop)
         levels = tuned.levels
-        models["xrtransformer"] = XRTransformerParts(final, tuned.model_dir, xr_cfg, matcher_cfg)
+        models["xrtransformer"] = XRTransformerParts(final, tuned.model_dir, s.xrtransformer, s.matcher)
         index = {**stages.index_section(1, chain.leaf_assignment), **index}
         extra["xrtransformer"] = {"finetune_s": round(sum(lv["seconds"] for lv in levels), 3),  # as trained
                                   "encode_docs_per_s": tuned.outputs.metrics.get("inference_docs_per_s", {})}
         stages.plots(out_dir / "plots", ds, chain)
 
     if method == "xtransformer":
-        mout, matcher_key = stages.matcher(cache, ds, chain, matcher_cfg, cfg, index_key, loggers)
+        mout = stages.matcher(cache, ds, chain, s, keys, loggers)
         t = lap("matcher", t)
         if not is_rank_zero():
             return {}
-        ranker = stages.ranker(cache, ds, X, mout, chain, cfg, matcher_key)
-        models["xtransformer"] = XTransformerParts(ranker, mout.model_dir, chain, matcher_cfg)
+        ranker = stages.ranker(cache, ds, X, mout, chain, s, keys)
+        models["xtransformer"] = XTransformerParts(ranker, mout.model_dir, chain, s.matcher)
         t = lap("ranker_train", t)
         predictions["xtransformer"] = stages.predict(ranker, X, mout, eval_split)
         t = lap("predict", t)
         results["xtransformer"] = evaluate(ds.splits[eval_split].Y, predictions["xtransformer"], inv_propensity=inv_prop)
         results["matcher_cluster_recall"] = stages.cluster_recall(ds.splits[eval_split].Y, chain, mout.topb(eval_split))
         stages.plots(out_dir / "plots", ds, chain)
-        index = {**stages.index_section(index_cfgs["indexing"].n_copies, chain.leaf_assignment), **index}
+        index = {**stages.index_section(s.indexing.n_copies, chain.leaf_assignment), **index}
 
     main = method
-    if neural and "xrlinear" in predictions and cfg.combine_with_baseline:
+    if neural and "xrlinear" in predictions and s.combine_with_baseline:
         both = f"{main}+xrlinear"
         predictions[both] = ensemble_predictions([predictions[main], predictions["xrlinear"]],
-                                                 method=cfg.combine_with_baseline)
+                                                 method=s.combine_with_baseline)
         results[both] = evaluate(ds.splits[eval_split].Y, predictions[both], inv_propensity=inv_prop)
     timings["total"] = round(time.perf_counter() - t0, 3)
     metrics = {
         "method": method,
         "dataset": ds.name,
         "eval_split": eval_split,
-        "seed": int(cfg.seed),
+        "seed": s.seed,
         "metrics": results[main],
         "results": results,
         "levels": levels,  # XR-Transformer: clusters, steps, seconds and eval cluster recall per level
@@ -154,13 +152,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "index": index if neural else index["xrlinear"],
         "timings_s": timings,
         "peak_rss_gib": round(peak_rss_gib(), 3),
-        "stages": {"ran": cache.ran(), "reused": cache.reused()},
+        "stages": {"ran": cache.ran(), "reused": cache.reused(), "corrupt_rebuilt": cache.corrupt(),
+                   "keys": keys.as_dict(), "cache": s.cache},
         "dataset_summary": ds.summary(),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_run_outputs(out_dir, ds, predictions, main, eval_split, metrics)
-    save_run_models(out_dir / "model", cfg, ds, models, main,
-                    combine=cfg.combine_with_baseline if f"{main}+xrlinear" in predictions else None)
+    save_run_models(out_dir / "model", cfg, ds, models, main, tfidf_dir,
+                    combine=s.combine_with_baseline if f"{main}+xrlinear" in predictions else None)
     for name, res in results.items():
         if isinstance(res, dict) and "P@1" in res:
             log.info("%s on %s: %s", name, eval_split, format_metrics_table(res, REPORT_KEYS))

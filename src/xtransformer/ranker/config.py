@@ -8,11 +8,12 @@ Our solver is a batched primal Newton-CG, so ``eps``/``max_iter`` mean Newton's 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.postprocess import POST_PROCESSORS
+from xtransformer.settings import Settings, predict_field, run_field
 
 FEATURES = ("tfidf", "tfidf+neural")
 NEGATIVES = ("tfn", "man", "tfn+man")
@@ -20,10 +21,13 @@ LOSSES = ("squared_hinge", "logistic")
 
 
 @dataclass
-class RankerConfig:
+class RankerConfig(Settings):
     """One level of one-vs-all linear rankers (the neural path's ranker)."""
 
-    name: str = "tfidf_neural_tfn_man"  # label of the setting (the YAML file's name)
+    where = "ranker"
+    error = RankerError
+
+    name: str = run_field("tfidf_neural_tfn_man")  # label of the setting (the YAML file's name)
     features: str = "tfidf+neural"  # tfidf | tfidf+neural (concat_features)
     neural_weight: float = 1.0  # scale of the row-normalised neural block in concat_features
     negatives: str = "tfn+man"  # tfn | man | tfn+man (the paper's best)
@@ -35,37 +39,33 @@ class RankerConfig:
     max_iter: int = 10  # Newton iterations per problem
     eps: float = 0.01  # stop a problem when ||grad|| <= eps * ||grad at w=0||
     max_cg_iter: int = 20  # conjugate-gradient steps per Newton iteration
-    post_processor: str = "l3-hinge"  # noop | sigmoid | l1..l4-hinge | log-sigmoid | log-l1..l4-hinge
+    post_processor: str = predict_field("l3-hinge")  # noop | sigmoid | l1..l4-hinge | log-sigmoid | log-l1..l4-hinge
     # weight w of the matcher's score: t(ranker) * t(matcher)^w (w * t(matcher) for log- post-processors);
     # 1 = the paper, 0 = the ranker alone over the matcher's shortlist (prediction only, not trained)
-    matcher_weight: float = 1.0
-    beam_size: int = 10  # clusters kept per level during beam search (PECOS default 10)
-    topk: int = 20  # labels kept per document in the final predictions
-    threads: int = 2  # torch threads for training and prediction; <= 0 means all cores
+    matcher_weight: float = predict_field(1.0)
+    beam_size: int = predict_field(10)  # clusters kept per level during beam search (PECOS default 10)
+    topk: int = predict_field(20)  # labels kept per document in the final predictions
+    threads: int = run_field(2)  # torch threads for training and prediction; <= 0 means all cores
     batch_nnz: int = 500_000  # clusters with fewer nonzeros of X are solved together in one block
 
-    def __post_init__(self) -> None:
-        _check_choice(self, "features", FEATURES)
-        _check_choice(self, "negatives", NEGATIVES)
-        _check_choice(self, "loss", LOSSES)
-        _check_choice(self, "post_processor", POST_PROCESSORS)
+    def check(self) -> None:
+        for key, choices in (("features", FEATURES), ("negatives", NEGATIVES), ("loss", LOSSES),
+                             ("post_processor", POST_PROCESSORS)):
+            if getattr(self, key) not in choices:
+                raise self.bad(key, f"expected one of {list(choices)}")
         for key in ("Cp", "Cn", "eps"):
-            if not float(getattr(self, key)) > 0:
-                raise RankerError(f"ranker config: `{key}` must be > 0, got {getattr(self, key)!r}")
+            if not getattr(self, key) > 0:
+                raise self.bad(key, "must be > 0")
         for key in ("threshold", "neural_weight", "matcher_weight"):
-            if not float(getattr(self, key)) >= 0:
-                raise RankerError(f"ranker config: `{key}` must be >= 0, got {getattr(self, key)!r}")
+            if not getattr(self, key) >= 0:
+                raise self.bad(key, "must be >= 0")
         for key in ("max_iter", "max_cg_iter", "beam_size", "topk", "batch_nnz"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise RankerError(f"ranker config: `{key}` must be an int >= 1, got {value!r}")
+            if getattr(self, key) < 1:
+                raise self.bad(key, "must be an int >= 1")
 
     @property
     def n_threads(self) -> int:
         return self.threads if self.threads > 0 else (os.cpu_count() or 1)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -79,18 +79,22 @@ class HierarchicalLinearConfig(RankerConfig):
     caller with ``concat_features`` and ``neural_weight``).
     """
 
-    name: str = "xrlinear"
+    where = "xrlinear.model"
+
+    name: str = run_field("xrlinear")
     features: str = "tfidf"
     negatives: str = "tfn"
+    matcher_weight: float = run_field(1.0)  # no matcher here: fixed at 1.0
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def check(self) -> None:
+        super().check()
         if self.matcher_weight != 1.0:
-            raise RankerError("hierarchical linear config: `matcher_weight` applies to the matcher's shortlist only; "
-                              f"leave it at 1.0, got {self.matcher_weight!r}")
+            raise self.bad("matcher_weight", "applies to the matcher's shortlist only; leave it at 1.0")
 
-
-def _check_choice(cfg: Any, key: str, choices: tuple[str, ...]) -> None:
-    value = getattr(cfg, key)
-    if value not in choices:
-        raise RankerError(f"ranker config: `{key}` must be one of {list(choices)}, got {value!r}")
+    def training_settings(self) -> dict[str, Any]:
+        """Matcher-aware negatives come from the model's own beam, so its width and scores then
+        shape the weights too."""
+        out = super().training_settings()
+        if "man" in self.negatives:
+            out |= {"beam_size": self.beam_size, "post_processor": self.post_processor}
+        return out

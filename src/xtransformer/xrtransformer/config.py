@@ -7,12 +7,13 @@ multi-resolution fine-tuning and to the final linear model.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from xtransformer.errors import UserError
 from xtransformer.indexing import IndexingConfig
 from xtransformer.ranker.config import HierarchicalLinearConfig
+from xtransformer.settings import Settings, predict_field, run_field
 
 LEVELS = ("all", "last")
 BOOTSTRAPS = ("inherit", "weighted-linear", "fresh")
@@ -28,8 +29,11 @@ class XRTransformerConfigError(UserError):
 
 
 @dataclass
-class FinalModelConfig:
+class FinalModelConfig(Settings):
     """The linear tree model XR-Transformer predicts with: TF-IDF ⊕ fine-tuned embeddings."""
+
+    where = "xrtransformer.final"
+    error = XRTransformerConfigError
 
     features: str = "tfidf+neural"  # tfidf+neural | neural (ablation: embeddings alone)
     tree: str = "recluster"  # recluster: PIFA on the final features; same: the fine-tuning tree
@@ -40,28 +44,26 @@ class FinalModelConfig:
     # prediction only: also rank with the fine-tuned label-level head, combined with the linear
     # model's scores by this ensemble method (null: the linear model alone, as the paper); needs the
     # label level among the fine-tuned levels
-    combine_head: str | None = None
+    combine_head: str | None = predict_field(None)
 
-    def __post_init__(self) -> None:
-        if isinstance(self.indexing, Mapping):
-            self.indexing = IndexingConfig.from_mapping(dict(self.indexing))
-        if isinstance(self.model, Mapping):
-            self.model = HierarchicalLinearConfig(**dict(self.model))
-        _choice("final.features", self.features, FINAL_FEATURES)
-        _choice("final.tree", self.tree, FINAL_TREES)
+    def check(self) -> None:
+        _choice(self, "features", FINAL_FEATURES)
+        _choice(self, "tree", FINAL_TREES)
         if self.combine_head is not None:
-            _choice("final.combine_head", self.combine_head, HEAD_COMBINATIONS)
-        if not _is_int(self.nr_splits) or self.nr_splits < 2:
-            raise XRTransformerConfigError(f"xrtransformer.final.nr_splits={self.nr_splits!r}: must be an int >= 2")
+            _choice(self, "combine_head", HEAD_COMBINATIONS)
+        if self.nr_splits < 2:
+            raise self.bad("nr_splits", "must be an int >= 2")
         if self.model.features != "tfidf+neural" and self.features == "tfidf+neural":
-            raise XRTransformerConfigError(
-                f"xrtransformer.final.model.features={self.model.features!r}: the final model reads "
-                "TF-IDF ⊕ embeddings, set it to 'tfidf+neural'")
+            raise self.bad("model.features", f"is {self.model.features!r}, but the final model reads "
+                                             "TF-IDF ⊕ embeddings: set it to 'tfidf+neural'")
 
 
 @dataclass
-class XRTransformerConfig:
+class XRTransformerConfig(Settings):
     """Multi-resolution fine-tuning over the label tree (Zhang et al., NeurIPS 2021)."""
+
+    where = "xrtransformer"
+    error = XRTransformerConfigError
 
     # the label tree: the indexing chain seen with this branching (ClusterChain.subsample)
     nr_splits: int = 16
@@ -82,53 +84,28 @@ class XRTransformerConfig:
     shortlist: bool = True
     negatives: str = "tfn+man"  # shortlist: children of the true parents, of the predicted ones, or both
     only_topk: int = 5  # predicted parents whose children enter the shortlist (matcher-aware)
-    eval_docs: int | None = 2000  # eval-split documents for each level's cluster recall; null: all
+    eval_docs: int | None = run_field(2000)  # eval-split documents for each level's cluster recall; null: all
     final: FinalModelConfig = field(default_factory=FinalModelConfig)
 
-    def __post_init__(self) -> None:
-        if isinstance(self.final, Mapping):
-            self.final = FinalModelConfig(**dict(self.final))
-        _choice("levels", self.levels, LEVELS)
-        _choice("bootstrap", self.bootstrap, BOOTSTRAPS)
-        _choice("importance", self.importance, IMPORTANCE)
-        _choice("negatives", self.negatives, SHORTLIST_NEGATIVES)
+    def check(self) -> None:
+        _choice(self, "levels", LEVELS)
+        _choice(self, "bootstrap", BOOTSTRAPS)
+        _choice(self, "importance", IMPORTANCE)
+        _choice(self, "negatives", SHORTLIST_NEGATIVES)
         for key, low in (("nr_splits", 2), ("max_match_clusters", 1), ("only_topk", 1), ("bootstrap_docs", 0)):
-            value = getattr(self, key)
-            if not _is_int(value) or value < low:
-                raise XRTransformerConfigError(f"xrtransformer.{key}={value!r}: must be an int >= {low}")
-        if self.eval_docs is not None and (not _is_int(self.eval_docs) or self.eval_docs < 1):
-            raise XRTransformerConfigError(f"xrtransformer.eval_docs={self.eval_docs!r}: must be an int >= 1 or null")
-        if not (isinstance(self.neg_weight, (int, float)) and self.neg_weight > 0):
-            raise XRTransformerConfigError(f"xrtransformer.neg_weight={self.neg_weight!r}: must be a number > 0")
+            if getattr(self, key) < low:
+                raise self.bad(key, f"must be an int >= {low}")
+        if self.eval_docs is not None and self.eval_docs < 1:
+            raise self.bad("eval_docs", "must be an int >= 1 or null")
+        if not self.neg_weight > 0:
+            raise self.bad("neg_weight", "must be a number > 0")
 
-    def training_settings(self) -> dict[str, Any]:
+    def fine_tune_settings(self) -> dict[str, Any]:
         """What determines the fine-tuned encoder (the per-level cache keys); the final model's
-        settings key only the final stage, and ``eval_docs`` only reports."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("final", "eval_docs")}
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "XRTransformerConfig":
-        values = dict(values)
-        _check_keys("xrtransformer", values, cls)
-        final = dict(values.pop("final", {}) or {})
-        _check_keys("xrtransformer.final", final, FinalModelConfig)
-        return cls(**values, final=FinalModelConfig(**final))
+        settings key only the final stage."""
+        return {k: v for k, v in self.training_settings().items() if k != "final"}
 
 
-def _check_keys(where: str, values: Mapping[str, Any], cls: type) -> None:
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise XRTransformerConfigError(f"unknown {where} key(s) {unknown}; known: {sorted(known)}")
-
-
-def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise XRTransformerConfigError(f"xrtransformer.{key}={value!r}: expected one of {list(choices)}")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _choice(cfg: Settings, key: str, choices: tuple[str, ...]) -> None:
+    if getattr(cfg, key) not in choices:
+        raise cfg.bad(key, f"expected one of {list(choices)}")

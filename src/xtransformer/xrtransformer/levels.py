@@ -18,6 +18,9 @@ import scipy.sparse as sp
 
 from xtransformer.ranker.negatives import binarize
 
+# cache stage names of the level loop (pipeline/keys.py plans their keys)
+LEVEL_STAGE, EMBED_STAGE = "xrlevel", "xrembed"
+
 
 @dataclass(frozen=True)
 class Level:

@@ -41,7 +41,7 @@ from xtransformer.matcher.train import (
     topb_recall,
     write_matcher_outputs,
 )
-from xtransformer.pipeline.cache import StageCache
+from xtransformer.cache import StageCache
 from xtransformer.ranker.negatives import binarize
 from xtransformer.utils.dist import is_rank_zero
 from xtransformer.utils.io import is_complete, settings_key
@@ -52,13 +52,13 @@ from xtransformer.xrtransformer.levels import (
     count_targets,
     inherit_head,
     matched_levels,
+    EMBED_STAGE,
+    LEVEL_STAGE,
     teacher_shortlist,
     tree_levels,
 )
 
 log = logging.getLogger(__name__)
-
-LEVEL_STAGE, EMBED_STAGE = "xrlevel", "xrembed"
 
 
 @dataclass
@@ -85,7 +85,8 @@ def fine_tune(
     Y: Mapping[str, sp.spmatrix],
     chain: Sequence[sp.spmatrix],
     cache: StageCache,
-    base_key: str,
+    level_keys: Sequence[str],
+    embed_key: str,
     eval_split: str | None = None,
     logger: Any = None,
     callbacks: Sequence[Any] = (),
@@ -95,17 +96,19 @@ def fine_tune(
     check_model_available(mcfg.model_name_or_path, mcfg.cache_dir)
     check_trainer_cfg(trainer_cfg)
     levels = fine_tuned_levels(chain, xcfg)
+    if len(levels) != len(level_keys):  # the plan (pipeline/keys.py) and the tree must agree
+        raise RuntimeError(f"xrtransformer: {len(levels)} levels to fine-tune ({[lv.n_nodes for lv in levels]} "
+                           f"clusters) but {len(level_keys)} level keys were planned")
     schedule = mcfg.level_schedule(len(levels))
     base = resolve_model(mcfg.model_name_or_path, mcfg.cache_dir, corpus=tiny_corpus(mcfg, texts))
     dm = MatcherDataModule(base, texts, Y, levels[0].label_map, mcfg, TRAIN_SPLIT, None)
     dm.prepare_data()
     dm.setup("fit")
 
-    key, encoder_path, prev, reports, offset = base_key, base, None, [], 0
-    for level, sched in zip(levels, schedule):
-        key = settings_key(LEVEL_STAGE, key, level.index, level.n_nodes, sched)
+    encoder_path, prev, reports, offset = base, None, [], 0
+    for level, sched, key in zip(levels, schedule, level_keys):
         folder = cache.path(LEVEL_STAGE, key)
-        if cache.enabled and is_complete(folder):
+        if cache.trusted(LEVEL_STAGE, key, folder):
             cache.events.append((LEVEL_STAGE, key, "reused"))
             log.info("xrtransformer level %d (%d clusters): reusing %s", level.index, level.n_nodes, folder)
         else:
@@ -120,9 +123,6 @@ def fine_tune(
 
     # every split embedded once by the final encoder: the final model's features
     dm.targets = {s: binarize(count_targets(y, levels[-1])) for s, y in Y.items() if s in texts}
-    precision = inference_precision(mcfg, trainer_cfg)
-    embed_key = settings_key(EMBED_STAGE, key, mcfg.topb, mcfg.save_embeddings_dtype, mcfg.normalize_embeddings,
-                             precision)
     out = cache.path(EMBED_STAGE, embed_key)
     if cache.enabled and outputs_finished(out, embed_key):
         cache.events.append((EMBED_STAGE, embed_key, "reused"))

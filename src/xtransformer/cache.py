@@ -1,0 +1,93 @@
+"""The stage cache: every stage's artifacts live under a key of its training settings and its inputs' keys.
+
+One cache serves every stage (TF-IDF, XR-Linear, indexing, matcher, ranker, XR-Transformer levels
+and final model). A folder is trusted only when it finished writing (``atomic_dir``) *and* every
+file still matches its checksum: a folder corrupted in place, truncated or swapped is named in a
+warning, removed and rebuilt. Keys come from content and settings (``pipeline/keys.py``), never
+from paths or file times, so a copied cache is still a cache. ``enabled=False`` reads nothing and
+writes nothing under ``root``: stages then build in a scratch folder removed by :meth:`close`.
+``events`` records what ran and what was reused, so tests assert on behaviour rather than on time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from xtransformer.utils.io import atomic_dir, first_mismatch, is_complete, remove_stale_tmp, save_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StageCache:
+    root: Path
+    enabled: bool = True
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (stage, key, ran|reused|rebuilt)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        self._scratch: Path | None = None
+        if self.enabled and (self.root / "stages").is_dir():
+            for p in remove_stale_tmp(self.root / "stages"):
+                log.info("cache: removed %s, left by a run that was killed", p)
+
+    @property
+    def base(self) -> Path:
+        """Where stage folders live: the cache, or (cache disabled) this run's scratch folder."""
+        if self.enabled:
+            return self.root
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="xmc-nocache-"))
+        return self._scratch
+
+    def path(self, stage: str, key: str) -> Path:
+        return self.base / "stages" / stage / key
+
+    def trusted(self, stage: str, key: str, folder: Path | None = None) -> bool:
+        """True when the finished folder of (stage, key) is intact; a corrupt one is reported and removed."""
+        folder = folder or self.path(stage, key)
+        if not self.enabled or not is_complete(folder):
+            return False
+        bad = first_mismatch(folder)
+        if bad is None:
+            return True
+        log.warning("stage %s: cached artifact %s is corrupt or incomplete (checksum mismatch); rebuilding it",
+                    stage, folder / bad)
+        self.events.append((stage, key, "corrupt"))
+        shutil.rmtree(folder, ignore_errors=True)
+        return False
+
+    def run(self, stage: str, key: str, build: Callable[[Path], None], settings: Any = None) -> Path:
+        """Return the complete folder for (stage, key), calling ``build(tmp_dir)`` if missing or corrupt."""
+        folder = self.path(stage, key)
+        if self.trusted(stage, key, folder):
+            log.info("stage %s: reusing %s", stage, folder)
+            self.events.append((stage, key, "reused"))
+            return folder
+        log.info("stage %s: building %s", stage, folder)
+        with atomic_dir(folder) as tmp:
+            build(tmp)
+            save_json({"stage": stage, "key": key, "settings": settings, "pid": os.getpid()}, tmp / "stage.json")
+        self.events.append((stage, key, "ran"))
+        return folder
+
+    def ran(self, stage: str | None = None) -> list[str]:
+        return [s for s, _, what in self.events if what == "ran" and (stage is None or s == stage)]
+
+    def reused(self) -> list[str]:
+        return [s for s, _, what in self.events if what == "reused"]
+
+    def corrupt(self) -> list[str]:
+        return [s for s, _, what in self.events if what == "corrupt"]
+
+    def close(self) -> None:
+        """Remove the scratch folder of a run without cache (the model folder was copied out of it)."""
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
