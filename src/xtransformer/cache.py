@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from xtransformer.utils.io import atomic_dir, first_mismatch, is_complete, remove_stale_tmp, save_json
+from xtransformer.utils.io import atomic_dir, first_mismatch, is_complete, load_json, remove_stale_tmp, save_json
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +55,11 @@ class StageCache:
         if not self.enabled or not is_complete(folder):
             return False
         bad = first_mismatch(folder)
-        if bad is None:
+        if bad is None and _stage_key(folder) in (key, None):
             return True
-        log.warning("stage %s: cached artifact %s is corrupt or incomplete (checksum mismatch); rebuilding it",
-                    stage, folder / bad)
+        why = "checksum mismatch" if bad else f"it was built for key {_stage_key(folder)}"
+        log.warning("stage %s: cached artifact %s is corrupt, incomplete or foreign (%s); rebuilding it",
+                    stage, folder / (bad or "stage.json"), why)
         self.events.append((stage, key, "corrupt"))
         shutil.rmtree(folder, ignore_errors=True)
         return False
@@ -91,3 +92,11 @@ class StageCache:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def _stage_key(folder: Path) -> str | None:
+    """The key a stage folder was built for (``stage.json``), None for folders written without one."""
+    try:
+        return load_json(folder / "stage.json").get("key")
+    except (OSError, ValueError):
+        return None

@@ -65,11 +65,11 @@ class IndexingConfig(Settings):
             raise self.bad("n_clusters", f"set at most one of {self._where()}.n_clusters and {self._where()}.max_leaf_size")
 
     def training_settings(self) -> dict[str, Any]:
-        """The settings that shape the tree, without the disentanglement fields while ``n_copies``
-        is 1 (they change nothing then)."""
+        """The settings that shape the tree, without the disentanglement fields other than
+        ``n_copies`` while it is 1 (they change nothing then)."""
         out = super().training_settings()
         if self.n_copies == 1:
-            for key in DISENTANGLE_KEYS:
+            for key in DISENTANGLE_KEYS[1:]:
                 out.pop(key)
         return out
 

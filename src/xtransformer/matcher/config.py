@@ -71,7 +71,7 @@ class MatcherConfig(Settings):
         if not str(self.model_name_or_path).strip():
             raise bad("model_name_or_path", "must name a model or a local folder")
         if self.pooling not in ("auto",) + POOLINGS:
-            raise bad("pooling", f"expected one of {('auto',) + POOLINGS}")
+            raise bad("pooling", f"expected one of {['auto', *POOLINGS]}")
         for key in ("max_length", "batch_size", "eval_batch_size", "topb", "accumulate_grad_batches",
                     "checkpoint_every_n_steps"):
             if getattr(self, key) < 1:
@@ -89,7 +89,7 @@ class MatcherConfig(Settings):
         if self.max_steps == -1 and not self.max_epochs:
             raise bad("max_epochs", "must be set when matcher.max_steps=-1")
         if self.save_embeddings_dtype not in EMBEDDING_DTYPES:
-            raise bad("save_embeddings_dtype", f"expected one of {EMBEDDING_DTYPES}")
+            raise bad("save_embeddings_dtype", f"expected one of {list(EMBEDDING_DTYPES)}")
         if self.val_every_n_steps is not None and self.val_every_n_steps < 1:
             raise bad("val_every_n_steps", "must be >= 1 or null")
         rules = {"level_steps": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),

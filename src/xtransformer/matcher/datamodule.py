@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -26,6 +28,8 @@ from xtransformer.matcher.config import MatcherConfig
 from xtransformer.utils.io import atomic_path, settings_key
 
 TOKENIZE_CHUNK = 2048  # texts per tokenizer call: big enough for Rust batching, small for progress
+
+log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- tokens
@@ -131,7 +135,11 @@ def tokenize_texts(
         key = settings_key(tokenizer_fingerprint(tokenizer), int(max_length), int(limit), texts_fingerprint(texts))
         cache_file = Path(cache_dir) / "tokens" / f"{key}.npz"
         if cache_file.is_file():
-            return TokenizedTexts.load(cache_file)
+            try:
+                return TokenizedTexts.load(cache_file)
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:  # truncated / corrupt
+                log.warning("token cache %s is unreadable (%s); tokenising again", cache_file, err)
+                cache_file.unlink(missing_ok=True)
     tokens = _tokenize(tokenizer, texts, int(max_length), int(limit), progress)
     if cache_file is not None:
         tokens.save(cache_file)

@@ -56,16 +56,13 @@ def embedding_encoder(s: RunSettings) -> dict[str, Any]:
     """The pretrained encoder that label indexing may embed texts with (neural methods only)."""
     m = s.matcher
     return {"model_name_or_path": m.model_name_or_path, "max_length": m.max_length,
-            "truncate_chars": m.truncate_chars, "precision": embedding_precision(s)}
-
-
-def embedding_precision(s: RunSettings) -> str:
-    return str(s.matcher.inference_precision or s.trainer.precision)
+            "truncate_chars": m.truncate_chars, "precision": str(s.trainer.precision)}
 
 
 def matcher_predict(s: RunSettings) -> dict[str, Any]:
     """The matcher's prediction record with the precision resolved (what its outputs depend on)."""
-    return s.matcher.prediction_settings() | {"inference_precision": embedding_precision(s)}
+    return s.matcher.prediction_settings() | {"inference_precision": str(s.matcher.inference_precision or
+                                                                          s.trainer.precision)}
 
 
 def level_keys(base_key: str, n_nodes: list[int], schedule: list[dict[str, Any]]) -> tuple[str, ...]:

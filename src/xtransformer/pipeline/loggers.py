@@ -20,7 +20,10 @@ from xtransformer.suite.aggregate import flatten_config
 log = logging.getLogger(__name__)
 
 
-def build_loggers(cfg: DictConfig) -> list[Any]:
+def build_loggers(cfg: DictConfig, records: dict[str, Any] | None = None) -> list[Any]:
+    """The ``logger`` group's loggers, given the resolved config and (``records``) every stage's
+    training / prediction records as hyperparameters (``train/<stage>/...``, ``predict/<stage>/...``),
+    so dashboards compare runs on what shaped them rather than on the raw config tree."""
     if not cfg.get("logger"):
         return []
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -32,8 +35,9 @@ def build_loggers(cfg: DictConfig) -> list[Any]:
         out.append(hydra.utils.instantiate(lcfg, **extra))
         log.info("logger %s: %s", name, type(out[-1]).__name__)
     config = OmegaConf.to_container(cfg, resolve=True)
+    params = flatten_config(config) | (flatten_config(records) if records else {})
     for lg in out:
-        lg.log_hyperparams(flatten_config(config))
+        lg.log_hyperparams(params)
     return out
 
 

@@ -8,6 +8,7 @@ writes the run folder: ``metrics.json``, ``predictions/{split}.npz``, ``truth/{s
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import resource
 import time
@@ -46,6 +47,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if s.matcher is not None:
         stages.check_model(s.matcher)  # fail before any data work if the encoder is missing
     cache = StageCache(Path(s.cache_dir), enabled=s.cache)
+    if not s.cache and s.matcher is not None and s.matcher.cache_dir is None:  # tokens too: nothing read or kept
+        s.matcher = dataclasses.replace(s.matcher, cache_dir=str(cache.base / "matcher"))
     try:
         return _run(cfg, s, cache)
     finally:
@@ -78,7 +81,7 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
     t = lap("load_data", t)
     X, tfidf_dir = stages.tfidf(cache, ds, s, keys)
     t = lap("tfidf", t)
-    loggers = build_loggers(cfg) if is_rank_zero() else []
+    loggers = build_loggers(cfg, s.records()) if is_rank_zero() else []
     eval_split = ds.eval_split
     inv_prop = propensity(ds.splits["train"].Y)
     results: dict[str, Any] = {}
@@ -152,6 +155,7 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
         "index": index if neural else index["xrlinear"],
         "timings_s": timings,
         "peak_rss_gib": round(peak_rss_gib(), 3),
+        "settings": s.records(),  # what the stage keys and the model folders were made of
         "stages": {"ran": cache.ran(), "reused": cache.reused(), "corrupt_rebuilt": cache.corrupt(),
                    "keys": keys.as_dict(), "cache": s.cache},
         "dataset_summary": ds.summary(),

@@ -106,6 +106,13 @@ class RunSettings:
     def neural(self) -> bool:
         return self.method != "xrlinear"
 
+    def records(self) -> dict[str, Any]:
+        """``{"train": {stage: record}, "predict": {stage: record}}`` of every stage this run has."""
+        stages = {name: getattr(self, name) for name in ("tfidf", "xrlinear", "trainer", "indexing", "matcher",
+                                                         "ranker", "xrtransformer") if getattr(self, name) is not None}
+        return {"train": {k: v.training_settings() for k, v in stages.items()},
+                "predict": {k: v.prediction_settings() for k, v in stages.items() if v.prediction_settings()}}
+
 
 @dataclass
 class _TopLevel(Settings):

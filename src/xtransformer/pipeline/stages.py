@@ -23,7 +23,7 @@ from xtransformer.indexing import (
 )
 from xtransformer.matcher import MatcherConfig, MatcherOutputs, topb_recall, train_matcher
 from xtransformer.matcher.train import tiny_corpus
-from xtransformer.pipeline.keys import StageKeys, embedding_precision
+from xtransformer.pipeline.keys import StageKeys
 from xtransformer.pipeline.settings import RunSettings
 from xtransformer.ranker import HierarchicalLinear, LinearRanker, RankerConfig, concat_features
 from xtransformer.ranker.negatives import binarize, negative_mask
@@ -62,7 +62,8 @@ def pretrained_embedder(s: RunSettings, ds: XMCDataset) -> EmbedFn | None:
             state["model"].eval()
         return embed_texts(
             state["model"], state["tok"], texts, max_length=mcfg.max_length, batch_size=mcfg.eval_batch_size,
-            pooling="mean", precision=embedding_precision(s), truncate_chars=mcfg.truncate_chars,
+            # the trainer's precision (a training setting, in the index key), not the matcher's inference one
+            pooling="mean", precision=str(s.trainer.precision), truncate_chars=mcfg.truncate_chars,
         )
 
     return embed
