@@ -134,7 +134,7 @@ class OursPipeline(_Ours):
 
         from xtransformer.pipeline.run import run
 
-        overrides = [*self.data_overrides, "method=xtransformer", "baseline=false", "cache=false", "logger=none",
+        overrides = [*self.data_overrides, "method=xtransformer", "train_xrlinear=false", "cache=false", "logger=none",
                      f"seed={self.seed}", f"paths.output_dir={model_dir}", *self.args.override]
         with initialize_config_dir(config_dir=str(self.CONFIGS), version_base="1.3"):
             cfg = compose(config_name="train", overrides=overrides)

@@ -291,7 +291,7 @@ def test_pipeline_xtransformer_on_overlapping_clusters(tmp_path):
     from xtransformer.utils.io import load_json
 
     metrics = run(_compose([*TINY, "indexing.n_copies=2", "indexing.max_cluster_growth=null",
-                            "combine_with_baseline=null"], tmp_path))
+                            "combine_with_xrlinear=null"], tmp_path))
     index = metrics["index"]
     assert index["n_copies"] == 2 and index["labels_in_multiple_clusters"] > 0
     assert index["xrlinear"]["n_copies"] == 1

@@ -217,3 +217,12 @@ def test_data_key_is_content_not_path_or_time(tmp_path):
     assert load_dataset(str(copy), cache_dir=tmp_path / "c").source_key == key
     (copy / "train_labels.txt").write_text("x\ny\nx\ny\n")
     assert load_dataset(str(copy), cache_dir=tmp_path / "c").source_key != key
+
+
+def test_old_names_of_the_xrlinear_switches_still_work(caplog):
+    s = _settings("xtransformer", "baseline=false", "combine_with_baseline=null")
+    assert s.train_xrlinear is False and s.combine_with_xrlinear is None
+    assert "now `train_xrlinear`" in caplog.text and "now `combine_with_xrlinear`" in caplog.text
+    with pytest.raises(UserError, match=r"^combine_with_baseline='median': expected one of"):
+        _settings("xtransformer", "combine_with_baseline=median")
+    assert _settings("xtransformer").combine_with_xrlinear == "average"

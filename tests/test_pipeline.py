@@ -80,11 +80,11 @@ def test_launchers_compose(tmp_path, launcher):
         assert cfg.hydra.launcher.max_num_timeout > 0
 
 
-def test_bad_combine_with_baseline_fails_before_work(tmp_path):
+def test_bad_combine_with_xrlinear_fails_before_work(tmp_path):
     from xtransformer.pipeline.run import run
 
-    with pytest.raises(ValueError, match="combine_with_baseline"):
-        run(_compose([*TINY, "combine_with_baseline=median"], tmp_path))
+    with pytest.raises(ValueError, match="combine_with_xrlinear"):
+        run(_compose([*TINY, "combine_with_xrlinear=median"], tmp_path))
     assert not (tmp_path / "cache").exists()
 
 
@@ -140,7 +140,7 @@ def test_multirun_sweep_resumes_and_aggregates(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     sweep = tmp_path / "sweep"
     cmd = [
-        sys.executable, str(ROOT / "train.py"), "-m", *TINY, "baseline=false",
+        sys.executable, str(ROOT / "train.py"), "-m", *TINY, "train_xrlinear=false",
         "ranker=tfidf_tfn,tfidf_neural_tfn_man", "seed=0,1",
         f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}",
     ]
@@ -196,7 +196,7 @@ def test_submitit_launcher_runs_members_as_jobs(tmp_path):
     sweep = tmp_path / "sweep"
     cmd = [
         sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
-        *TINY, "baseline=false", f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}", "seed=0",
+        *TINY, "train_xrlinear=false", f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}", "seed=0",
     ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -319,7 +319,7 @@ def test_compose_with_every_group_and_ddp(tmp_path):
     """`method=xrtransformer matcher=xlnet indexing=pifa_neural` with the tiny stand-ins, under DDP."""
     proc = _train(tmp_path, *TINY, "matcher=tiny_xlnet", "matcher.level_steps=[4,4]", "matcher.max_length=32",
                   "matcher.batch_size=8", "indexing=pifa_neural", "indexing.n_clusters=8", "trainer=ddp_cpu",
-                  "baseline=false")
+                  "train_xrlinear=false")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Starting with 2 processes" in proc.stdout + proc.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())

@@ -42,8 +42,9 @@ def peak_rss_gib() -> float:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     s = run_settings(cfg)  # every setting checked here, before any data work: one line naming the key
-    if s.combine_with_baseline and not s.baseline and s.method != "xrlinear":
-        log.warning("combine_with_baseline=%s needs baseline=true; no combined result this run", s.combine_with_baseline)
+    if s.combine_with_xrlinear and not s.train_xrlinear and s.method != "xrlinear":
+        log.warning("combine_with_xrlinear=%s needs train_xrlinear=true; no combined result this run",
+                    s.combine_with_xrlinear)
     if s.matcher is not None:
         stages.check_model(s.matcher)  # fail before any data work if the encoder is missing
     cache = StageCache(Path(s.cache_dir), enabled=s.cache)
@@ -91,7 +92,7 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
 
     if method == "xrlinear" and not is_rank_zero():
         return {}  # nothing to help train (SLURM starts every task of a job from the top)
-    if (s.baseline and is_rank_zero()) or method == "xrlinear":
+    if (s.train_xrlinear and is_rank_zero()) or method == "xrlinear":
         base = stages.xrlinear(cache, ds, X, s, keys)
         models["xrlinear"] = base
         t = lap("xrlinear_train", t)
@@ -137,10 +138,10 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
         index = {**stages.index_section(s.indexing.n_copies, chain.leaf_assignment), **index}
 
     main = method
-    if neural and "xrlinear" in predictions and s.combine_with_baseline:
+    if neural and "xrlinear" in predictions and s.combine_with_xrlinear:
         both = f"{main}+xrlinear"
         predictions[both] = ensemble_predictions([predictions[main], predictions["xrlinear"]],
-                                                 method=s.combine_with_baseline)
+                                                 method=s.combine_with_xrlinear)
         results[both] = evaluate(ds.splits[eval_split].Y, predictions[both], inv_propensity=inv_prop)
     timings["total"] = round(time.perf_counter() - t0, 3)
     metrics = {
@@ -163,7 +164,7 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
     }
     write_run_outputs(out_dir, ds, predictions, main, eval_split, metrics)
     save_run_models(out_dir / "model", cfg, ds, models, main, tfidf_dir,
-                    combine=s.combine_with_baseline if f"{main}+xrlinear" in predictions else None)
+                    combine=s.combine_with_xrlinear if f"{main}+xrlinear" in predictions else None)
     for name, res in results.items():
         if isinstance(res, dict) and "P@1" in res:
             log.info("%s on %s: %s", name, eval_split, format_metrics_table(res, REPORT_KEYS))

@@ -9,6 +9,7 @@ raw config; cache keys (``keys.py``) and model folders read their training / pre
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -22,6 +23,8 @@ from xtransformer.matcher import MatcherConfig
 from xtransformer.ranker import HierarchicalLinearConfig, RankerConfig
 from xtransformer.settings import Settings, SettingsError, run_field
 from xtransformer.xrtransformer import XRTransformerConfig
+
+log = logging.getLogger(__name__)
 
 METHODS = ("xtransformer", "xrtransformer", "xrlinear")
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "tpu", "auto")
@@ -88,8 +91,8 @@ class RunSettings:
     method: str
     seed: int
     cache: bool
-    baseline: bool
-    combine_with_baseline: str | None
+    train_xrlinear: bool
+    combine_with_xrlinear: str | None
     data: DataConfig
     tfidf: TfidfConfig
     xrlinear: XRLinearConfig
@@ -121,16 +124,25 @@ class _TopLevel(Settings):
     task_name: str = run_field("train")
     seed: int = 0
     model_scale: str = "full"
-    baseline: bool = True
-    combine_with_baseline: str | None = "average"
+    train_xrlinear: bool = True
+    combine_with_xrlinear: str | None = "average"
     cache: bool = True
     method: str = "xtransformer"
+    baseline: bool | None = run_field(None)  # old name of train_xrlinear
+    combine_with_baseline: str | None = run_field("unset")  # old name of combine_with_xrlinear
 
     def check(self) -> None:
+        if self.baseline is not None:
+            log.warning("`baseline` is now `train_xrlinear` (the old name goes in a later release)")
+            self.train_xrlinear = self.baseline
+        if self.combine_with_baseline != "unset":
+            log.warning("`combine_with_baseline` is now `combine_with_xrlinear` (the old name goes in a later release)")
+            self.combine_with_xrlinear = self.combine_with_baseline
         if self.method not in METHODS:
             raise self.bad("method", f"expected one of {list(METHODS)} (the config group method=...)")
-        if self.combine_with_baseline not in (None, *ENSEMBLE_METHODS):
-            raise self.bad("combine_with_baseline", f"expected one of {[*ENSEMBLE_METHODS, None]}")
+        key = "combine_with_baseline" if self.combine_with_baseline != "unset" else "combine_with_xrlinear"
+        if self.combine_with_xrlinear not in (None, *ENSEMBLE_METHODS):
+            raise self.bad(key, f"expected one of {[*ENSEMBLE_METHODS, None]}")
         if self.model_scale not in ("full", "small"):
             raise self.bad("model_scale", "expected 'full' or 'small'")
 
@@ -171,8 +183,8 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
     trainer = TrainerConfig.from_mapping({k: trainer_kwargs[k] for k in
                                           (f.name for f in dataclasses.fields(TrainerConfig)) if k in trainer_kwargs})
     settings = RunSettings(
-        method=method, seed=top.seed, cache=top.cache, baseline=top.baseline,
-        combine_with_baseline=top.combine_with_baseline,
+        method=method, seed=top.seed, cache=top.cache, train_xrlinear=top.train_xrlinear,
+        combine_with_xrlinear=top.combine_with_xrlinear,
         data=_data_config(plain.get("data") or {}),
         tfidf=TfidfConfig.from_mapping(plain.get("tfidf") or {}),
         xrlinear=XRLinearConfig.from_mapping(plain.get("xrlinear") or {}),

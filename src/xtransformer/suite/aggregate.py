@@ -59,11 +59,11 @@ MIRRORED_LEAVES = frozenset(
     {"method", "data.name", "indexing.name", "matcher.name", "ranker.features", "ranker.negatives"}
 )
 # Config leaves (fnmatch on the dotted path) that never define a configuration: the seed, where
-# things are written or logged, cache switches, and the baseline switch (it adds the TF-IDF model
-# next to the main one without changing the main method's numbers).
+# things are written or logged, cache switches, and the XR-Linear switches (they add the TF-IDF
+# model next to the main one without changing the main method's numbers; old names too).
 DEFAULT_IGNORE = (
     "seed", "*.seed", "paths.*", "hydra.*", "logger.*", "*_dir", "*timestamp*", "cache",
-    "baseline", "task_name",
+    "train_xrlinear", "combine_with_xrlinear", "baseline", "combine_with_baseline", "task_name",
 )
 # A leaf whose value looks like a time stamp (Hydra's ${now:...} folders) is not a setting either.
 TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2}[_T ]\d{2}[-:]\d{2}")
