@@ -178,6 +178,31 @@ def test_one_training_step_per_family(family: str, pooling: str, tmp_path: Path)
     assert batch["targets"].shape == logits.shape and set(batch["targets"].unique().tolist()) <= {0.0, 1.0}
 
 
+def test_validation_logs_cluster_precision_equal_to_evaluate(tmp_path: Path) -> None:
+    """The matcher's validation P@k (torchmetrics XMCMetrics) is what ``metrics.evaluate`` gives on
+    the same dev predictions."""
+    from xtransformer.metrics import evaluate
+
+    texts, Y, C = toy_xmc()
+    cfg = MatcherConfig(model_name_or_path=str(tiny_model_dir("bert")), max_length=32, batch_size=8,
+                        eval_batch_size=5, cache_dir=str(tmp_path), progress=False, seed=1)
+    dm = MatcherDataModule(tiny_model_dir("bert"), texts, Y, C, cfg, val_split="dev")
+    dm.setup("fit")
+    module = MatcherModule(str(tiny_model_dir("bert")), num_clusters=C.shape[1], lr=1e-3)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         use_distributed_sampler=False)
+    trainer.fit(module, datamodule=dm)
+    trainer.validate(module, datamodule=dm, verbose=False)
+    module.eval()
+    with torch.no_grad():
+        batches = list(dm.val_dataloader())
+        logits = torch.cat([module(b)[1] for b in batches]).numpy()
+        targets = torch.cat([b["targets"] for b in batches]).numpy()
+    want = evaluate(sp.csr_matrix(targets > 0), sp.csr_matrix(logits + 10.0), ks=(1,))  # shifted: all stored
+    assert abs(float(trainer.callback_metrics["val/cluster_P@1"]) - want["P@1"]) < 1e-4
+
+
 def test_no_weight_decay_on_bias_and_layernorm() -> None:
     module = MatcherModule(str(tiny_model_dir("bert")), num_clusters=3, weight_decay=0.1, head_lr=1e-2)
     names = {id(p): n for n, p in module.named_parameters()}

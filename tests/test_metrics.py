@@ -10,9 +10,10 @@ import scipy.sparse as sp
 import torch
 
 from xtransformer import metrics as M
+from xtransformer.matcher import metrics as XM
+from xtransformer.matcher.metrics import XMCMetrics
 from xtransformer.metrics import (
     MetricsError,
-    XMCMetrics,
     evaluate,
     format_metrics_table,
     ndcg_at_k,
@@ -295,14 +296,14 @@ def test_torchmetrics_wrapper_equals_evaluate_across_batches():
 
 def test_torch_dense_topk_ties_lowest_index():
     scores = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
-    np.testing.assert_array_equal(M._torch_dense_topk(scores, 4), [[1, 2, 4, 3], [0, 1, 2, 3]])
-    np.testing.assert_array_equal(M._torch_dense_topk(scores[:, :2], 3), [[1, 0, -1], [0, 1, -1]])
+    np.testing.assert_array_equal(XM._torch_dense_topk(scores, 4), [[1, 2, 4, 3], [0, 1, 2, 3]])
+    np.testing.assert_array_equal(XM._torch_dense_topk(scores[:, :2], 3), [[1, 0, -1], [0, 1, -1]])
     # Mixed batch: rows with distinct scores (fast path) and rows with ties at the k-th value.
     rng = np.random.default_rng(11)
     dense = rng.random((40, 50)) + 0.5
     dense[::3] = rng.integers(1, 4, size=(14, 50))
     ref_idx, _ = _brute_topk(sp.csr_matrix(dense), 6)
-    np.testing.assert_array_equal(M._torch_dense_topk(torch.from_numpy(dense), 6), ref_idx)
+    np.testing.assert_array_equal(XM._torch_dense_topk(torch.from_numpy(dense), 6), ref_idx)
 
 
 def test_torchmetrics_wrapper_shape_errors():

@@ -13,6 +13,7 @@ from torchmetrics import MeanMetric
 
 from xtransformer.encoders import encoder_forward, pool_hidden, resolve_pooling
 from xtransformer.matcher.loss import cluster_recall_at_b, squared_hinge_loss
+from xtransformer.matcher.metrics import XMCMetrics
 
 _NO_DECAY = ("bias", "layernorm", "layer_norm", "norm.weight")
 
@@ -62,6 +63,7 @@ class MatcherModule(pl.LightningModule):
         self.register_buffer("trained_steps", torch.zeros((), dtype=torch.long))
         self.val_loss = MeanMetric()
         self.val_recall = MeanMetric()
+        self.val_precision = XMCMetrics(max_k=min(5, num_clusters))  # cluster P@k / nDCG@k on dev
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(embeddings B x H, logits B x K)``."""
@@ -86,9 +88,18 @@ class MatcherModule(pl.LightningModule):
         recall, has_pos = cluster_recall_at_b(logits, targets, self.hparams.topb)
         if has_pos.any():
             self.val_recall.update(recall[has_pos])
+        self.val_precision.update(logits.detach().float(), targets.detach().cpu().numpy() > 0)
         # torchmetrics syncs across ranks at epoch end only (ranks may see unequal batch counts).
         self.log("val/loss", self.val_loss, on_epoch=True, prog_bar=True)
         self.log(f"val/recall@{self.hparams.topb}", self.val_recall, on_epoch=True, prog_bar=True)
+
+    def on_validation_epoch_end(self) -> None:
+        if int(self.val_precision.n_docs) == 0 and not self.trainer.world_size > 1:
+            return  # no validation batch ran
+        scores = self.val_precision.compute()
+        self.log_dict({f"val/cluster_{k}": scores[k] for k in ("P@1", f"P@{self.val_precision.max_k}")
+                       if k in scores})
+        self.val_precision.reset()
 
     def param_groups(self) -> list[dict[str, Any]]:
         """AdamW groups: no weight decay on biases and LayerNorm; the head may have its own lr."""
