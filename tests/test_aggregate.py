@@ -14,19 +14,10 @@ from typing import Any
 
 import pytest
 
-from xtransformer.suite.aggregate import (
-    AggregateError,
-    AggregateWarning,
-    aggregate,
-    collect_runs,
-    main,
-    mean_std,
-    scan_runs,
-    table5_row,
-    to_csv,
-    to_markdown,
-    write_report,
-)
+from xtransformer.suite.aggregate import aggregate, main, mean_std
+from xtransformer.suite.paper_rows import table5_row
+from xtransformer.suite.report import to_csv, to_markdown, write_report
+from xtransformer.suite.runs import AggregateError, AggregateWarning, collect_runs, scan_runs
 
 METRIC_NAMES = [f"{m}@{k}" for m in ("P", "R", "nDCG", "PSP") for k in range(1, 6)]
 

@@ -22,7 +22,7 @@ here builds a dense ``N x L`` matrix, and nothing imports torch (the linear path
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np

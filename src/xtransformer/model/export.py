@@ -9,7 +9,6 @@ safetensors), so the folder can be moved anywhere and the cache deleted.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 from dataclasses import dataclass

@@ -15,7 +15,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from xtransformer.suite.aggregate import flatten_config
+from xtransformer.suite.runs import flatten_config
 
 log = logging.getLogger(__name__)
 

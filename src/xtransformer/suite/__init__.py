@@ -1,5 +1,9 @@
 """Experiment-suite tools: turn sweep folders into paper-style result tables.
 
+``runs`` (sweep folders -> rows), ``aggregate`` (mean ± std per configuration, and the command
+line), ``paper_rows`` (Table 5 numbering), ``report`` (Markdown / CSV / plot), ``table5`` (the
+ensembles of rows 7-9 and the end-of-sweep callback).
+
 Names are loaded lazily so that ``python -m xtransformer.suite.aggregate`` does not import the
 module twice (runpy warns when a package's ``__init__`` already imported the module it runs).
 The function ``aggregate`` is imported from ``xtransformer.suite.aggregate`` itself: the package
@@ -12,16 +16,16 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "AggregateError": "aggregate",
-    "AggregateWarning": "aggregate",
-    "RunScan": "aggregate",
-    "collect_runs": "aggregate",
-    "plot_p_at_k": "aggregate",
-    "scan_runs": "aggregate",
-    "table5_row": "aggregate",
-    "to_csv": "aggregate",
-    "to_markdown": "aggregate",
-    "write_report": "aggregate",
+    "AggregateError": "runs",
+    "AggregateWarning": "runs",
+    "RunScan": "runs",
+    "collect_runs": "runs",
+    "scan_runs": "runs",
+    "table5_row": "paper_rows",
+    "plot_p_at_k": "report",
+    "to_csv": "report",
+    "to_markdown": "report",
+    "write_report": "report",
 }
 
 __all__ = sorted(_EXPORTS)

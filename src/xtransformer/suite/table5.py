@@ -22,7 +22,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from xtransformer.ensemble import METHODS, ensemble_runs
-from xtransformer.suite.aggregate import aggregate, scan_runs, to_markdown, write_report
+from xtransformer.suite.aggregate import aggregate
+from xtransformer.suite.report import to_markdown, write_report
+from xtransformer.suite.runs import scan_runs
 from xtransformer.utils.io import save_json
 
 log = logging.getLogger(__name__)

@@ -44,7 +44,7 @@ from xtransformer.matcher.train import (
 from xtransformer.cache import StageCache
 from xtransformer.ranker.negatives import binarize
 from xtransformer.utils.dist import is_rank_zero
-from xtransformer.utils.io import is_complete, settings_key
+from xtransformer.utils.io import is_complete
 from xtransformer.xrtransformer.config import XRTransformerConfig
 from xtransformer.xrtransformer.levels import (
     Level,
