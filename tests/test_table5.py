@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -65,7 +66,12 @@ def test_ensembles_of_rows_7_to_9_average_their_members(tmp_path: Path) -> None:
         doc = json.loads((tmp_path / "ensembles" / f"row{row}_seed1" / "metrics.json").read_text())
         assert doc["table5_id"] == row and sorted(doc["members"]) == sorted(str(runs[i, 1]) for i in ids)
         want = ensemble_predictions([load_csr(runs[i, 1] / "predictions" / "test.npz") for i in ids])
-        assert doc["metrics"]["P@1"] == evaluate(TRUTH, want)["P@1"]
+        got = load_csr(tmp_path / "ensembles" / f"row{row}_seed1" / "predictions" / "test.npz")
+        assert got.shape == want.shape and abs(got - want).max() < 1e-6  # the members' average, entry for entry
+        expected = evaluate(TRUTH, want)
+        assert {k: doc["metrics"][k] for k in expected} == pytest.approx(expected)
+        # and not any single member's result: the ensemble really combined them
+        assert all(abs(load_csr(runs[i, 1] / "predictions" / "test.npz") - got).max() > 1e-3 for i in ids)
 
 
 def test_table5_sweep_finishes_itself_through_its_callback(tmp_path: Path) -> None:
