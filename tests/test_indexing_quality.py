@@ -122,8 +122,8 @@ def test_yaml_configs_mirror_the_dataclass() -> None:
     assert {p.stem for p in files} == {"pifa_tfidf", "pifa_neural", "text_emb", "pifa_concat"}
     for path in files:
         cfg = load_config(path.stem)
-        assert list(cfg) == fields, path.name
-        assert IndexingConfig(**cfg).name == path.stem
+        assert list(cfg) == ["_target_", *fields], path.name
+        assert IndexingConfig.from_mapping(cfg).name == path.stem
 
 
 @pytest.mark.parametrize(

@@ -243,9 +243,9 @@ def test_matcher_yaml_mirrors_dataclass() -> None:
     models = {}
     for name in names:
         values = _compose("matcher", name)
-        assert set(values) == field_names, name
-        assert values["name"] == name
-        models[name] = MatcherConfig(**values).model_name_or_path
+        assert set(values) == field_names | {"_target_"}, name
+        assert values["name"] == name and values["_target_"] == "xtransformer.matcher.MatcherConfig"
+        models[name] = MatcherConfig.from_mapping(values).model_name_or_path
     assert models["bert"] == "bert-large-cased" and models["roberta"] == "roberta-large"
     assert models["xlnet"] == "xlnet-large-cased" and models["tiny_xlnet"] == "tiny:xlnet"
     assert models["minilm"] == "minilm" and models["mpnet"] == "mpnet"

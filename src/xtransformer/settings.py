@@ -71,6 +71,9 @@ class Settings:
         """Build from a dict / Hydra node; unknown keys and wrong types fail naming ``where.key``."""
         where = cls.where if where is None else where
         values = dict(values or {})
+        target = values.pop("_target_", None)
+        if target is not None:  # the config names its record class (Hydra's convention)
+            cls = _target_class(cls, target, where)
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(values) - set(known))
         if unknown:
@@ -129,6 +132,21 @@ class Settings:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+def _target_class(base: type[S], target: str, where: str) -> type[S]:
+    """The class a config's ``_target_`` names: ``base`` itself or a subclass of it."""
+    import importlib
+
+    module, _, name = str(target).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        raise base.error(f"{_join(where, '_target_')}={target!r}: no such class") from None
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise base.error(f"{_join(where, '_target_')}={target!r}: must be "
+                         f"{base.__module__}.{base.__qualname__} or a subclass of it")
+    return cls
 
 
 # ------------------------------------------------------------------------ type checking
