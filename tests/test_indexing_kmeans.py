@@ -17,7 +17,7 @@ from xtransformer.indexing import (
     random_balanced_codes,
     resolve_n_clusters,
 )
-from xtransformer.indexing import level_ops
+from xtransformer.indexing import kmeans_level
 from xtransformer.indexing.synthetic import planted_label_features
 
 
@@ -103,9 +103,9 @@ def test_deterministic_under_seed_and_threads(planted) -> None:
 @pytest.mark.parametrize("grid_min, grid_max", [(0, 0), (0, 1 << 26)])  # pairs only; grid, then pairs
 def test_sharded_and_pair_layouts(planted, monkeypatch, grid_min: int, grid_max: int) -> None:
     X, groups = planted
-    monkeypatch.setattr(level_ops, "_SHARD_NNZ", 2000)  # many row shards
-    monkeypatch.setattr(level_ops, "_GRID_CELLS_MIN", grid_min)
-    monkeypatch.setattr(level_ops, "_GRID_CELLS_MAX", grid_max)
+    monkeypatch.setattr(kmeans_level, "_SHARD_NNZ", 2000)  # many row shards
+    monkeypatch.setattr(kmeans_level, "_GRID_CELLS_MIN", grid_min)
+    monkeypatch.setattr(kmeans_level, "_GRID_CELLS_MAX", grid_max)
     one = hierarchical_kmeans(X, n_clusters=64, seed=0, threads=1)
     two = hierarchical_kmeans(X, n_clusters=64, seed=0, threads=2)
     assert one == two

@@ -14,7 +14,8 @@ from xtransformer.indexing.quality import (
     save_quality_plots,
 )
 from xtransformer.indexing.representations import EmbedFn, label_representation, parse_representation
-from xtransformer.indexing.stage import IndexingConfig, build_index, check_copies_fit
+from xtransformer.indexing.build import build_index
+from xtransformer.indexing.config import IndexingConfig, check_copies_fit
 
 __all__ = [
     "ClusterChain",

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 from xtransformer.indexing.chain import ClusterChain
 from xtransformer.indexing.errors import IndexingError
 from xtransformer.indexing.quality import overlap_summary
-from xtransformer.indexing.stage import IndexingConfig
+from xtransformer.indexing.config import IndexingConfig
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
 from xtransformer.ranker.blocks import ranges
 from xtransformer.ranker.negatives import binarize

@@ -19,7 +19,7 @@ labels (``B = 2``: sort on ``<x, c_0 - c_1>`` and cut at the size of child 0, as
 node stops when its assignment no longer changes, or after ``max_iter`` assignments (the seeded
 one included); the first centroids are distinct random labels of the node. Ties keep the previous
 order, so a seed gives the same tree for any thread count. All nodes of a level are processed
-together (see :mod:`level_ops`); an iteration costs about ``B - 1`` passes over the level's
+together (see :mod:`kmeans_level`); an iteration costs about ``B - 1`` passes over the level's
 nonzeros, so a 16-way tree is slower to build than a binary one: for PECOS-style 16-ary chains,
 cluster with ``B = 2`` and call :meth:`ClusterChain.subsample`.
 """
@@ -37,7 +37,7 @@ import scipy.sparse as sp
 
 from xtransformer.indexing.chain import ClusterChain, codes_to_csr
 from xtransformer.indexing.errors import IndexingError
-from xtransformer.indexing.level_ops import CellIndex, LevelBackend, SparseLevel, Workers, make_backend
+from xtransformer.indexing.kmeans_level import CellIndex, LevelBackend, SparseLevel, Workers, make_backend
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import scipy.sparse as sp
 
 from xtransformer.indexing.chain import ClusterChain, codes_to_csr
 from xtransformer.indexing.errors import IndexingError
-from xtransformer.indexing.level_ops import number_pairs
+from xtransformer.indexing.kmeans_level import number_pairs
 from xtransformer.utils.io import atomic_path
 
 # Figure 1's threshold: a label / cluster with more than this many training instances is "head".

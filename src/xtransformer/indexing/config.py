@@ -1,21 +1,13 @@
-"""The semantic label indexing stage: label representation -> hierarchical balanced k-means."""
+"""Label indexing settings (``IndexingConfig``, mirrored by ``configs/indexing/*.yaml``) and their checks."""
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import scipy.sparse as sp
-
-from xtransformer.indexing.chain import ClusterChain
 from xtransformer.indexing.errors import IndexingError
-from xtransformer.indexing.kmeans import hierarchical_kmeans, resolve_n_clusters
-from xtransformer.indexing.quality import cluster_quality
-from xtransformer.indexing.representations import ORPHAN_FALLBACKS, EmbedFn, label_representation, parse_representation
+from xtransformer.indexing.kmeans import resolve_n_clusters
+from xtransformer.indexing.representations import ORPHAN_FALLBACKS, parse_representation
 from xtransformer.ranker.copies import MERGES
 from xtransformer.settings import Settings, run_field
 
@@ -99,56 +91,3 @@ def check_copies_fit(cfg: IndexingConfig, n_labels: int, where: str = "indexing"
     k = resolve_n_clusters(n_labels, cfg.n_clusters, cfg.max_leaf_size)
     if cfg.n_copies > k:
         raise IndexingError(f"{where}.n_copies={cfg.n_copies} is above the number of leaf clusters ({k} for {n_labels} labels)")
-
-
-def build_index(
-    cfg: IndexingConfig | Mapping[str, Any],
-    Y_train: sp.spmatrix,
-    X_train_tfidf: sp.spmatrix | None = None,
-    doc_embeddings: np.ndarray | None = None,
-    label_texts: Sequence[str | None] | None = None,
-    embed_fn: EmbedFn | None = None,
-    *,
-    label_ids: Sequence[str] | None = None,
-) -> tuple[ClusterChain, dict[str, Any]]:
-    """Cluster the labels of ``Y_train`` into a :class:`ClusterChain`; report what was done.
-
-    The report holds the config, the representation report (dimensions, labels without
-    positives and what they got, missing label texts), timings, the chain's level sizes and
-    cluster-quality figures beside a random balanced clustering.
-    """
-    cfg = cfg if isinstance(cfg, IndexingConfig) else IndexingConfig.from_mapping(cfg)
-    t0 = time.perf_counter()
-    features, rep_report = label_representation(
-        cfg.name,
-        Y_train,
-        X_tfidf=X_train_tfidf,
-        doc_embeddings=doc_embeddings,
-        label_texts=label_texts,
-        embed_fn=embed_fn,
-        label_ids=label_ids,
-        normalize_y_rows=cfg.normalize_y_rows,
-        orphan_fallback=cfg.orphan_fallback,
-        seed=cfg.seed,
-    )
-    t1 = time.perf_counter()
-    chain = hierarchical_kmeans(
-        features,
-        n_clusters=cfg.n_clusters,
-        max_leaf_size=cfg.max_leaf_size,
-        branching=cfg.branching,
-        max_iter=cfg.max_iter,
-        seed=cfg.seed,
-        threads=cfg.threads,
-    )
-    t2 = time.perf_counter()
-    report = {
-        "config": dataclasses.asdict(cfg),
-        "representation": rep_report,
-        "n_clusters": chain.n_clusters,
-        "level_sizes": chain.level_sizes,
-        "seconds_representation": round(t1 - t0, 3),
-        "seconds_kmeans": round(t2 - t1, 3),
-        "quality": cluster_quality(chain, features=features, Y=Y_train, seed=cfg.seed),
-    }
-    return chain, report
