@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from xtransformer.ranker.topk import Candidates, topk
+from xtransformer.ranker.topk import topk_csr
 from xtransformer.utils.io import atomic_dir, atomic_path, load_csr, save_csr, save_json
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def ensemble_predictions(preds: Sequence[sp.spmatrix], method: str = "average", 
     for m in mats[1:]:
         total = total + transform(m)
     total = sp.csr_matrix(total / np.float32(len(mats)), dtype=np.float32)
-    return _topk_rows(total, int(topk))
+    return topk_csr(total, int(topk))
 
 
 def _check_matrices(preds: Sequence[sp.spmatrix]) -> list[sp.csr_matrix]:
@@ -92,10 +92,6 @@ def _row_softmax(m: sp.csr_matrix) -> sp.csr_matrix:
     denom = np.bincount(rows, weights=e, minlength=m.shape[0])
     out.data = (e / denom[rows]).astype(np.float32)
     return out
-
-
-def _topk_rows(m: sp.csr_matrix, k: int) -> sp.csr_matrix:
-    return topk(Candidates.from_csr(m), k).to_csr(m.shape[1])
 
 
 # ---------------------------------------------------------------------------------------------- runs
