@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from xtransformer.ranker.topk import topk_csr
+from xtransformer.ranker.topk import Candidates, topk, topk_csr
 from xtransformer.utils.io import atomic_dir, atomic_path, load_csr, save_csr, save_json
 
 log = logging.getLogger(__name__)
