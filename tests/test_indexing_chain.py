@@ -115,7 +115,7 @@ def test_save_load_roundtrip_and_vocab_check(tmp_path) -> None:
     assert ClusterChain.load_settings(out) == {"name": "test", "K": 4}
     assert json.loads((out / "chain.json").read_text())["level_sizes"] == [2, 4, 40]
 
-    with pytest.raises(IndexingError, match=r"index 7: saved 'L7' vs given 'X'"):
+    with pytest.raises(IndexingError, match=r"index 7 \(line 8\): 'L7' vs 'X'"):
         ClusterChain.load(out, vocab_ids=ids[:7] + ["X"] + ids[8:])
     with pytest.raises(IndexingError, match="saved has 40 labels, given has 39"):
         ClusterChain.load(out, vocab_ids=ids[:-1])

@@ -30,6 +30,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from xtransformer.data.vocab import vocab_difference
 from xtransformer.ranker.topk import Candidates, topk, topk_csr
 from xtransformer.utils.io import atomic_dir, atomic_path, load_csr, save_csr, save_json
 
@@ -137,13 +138,8 @@ def check_vocabs(runs: Sequence[Path]) -> list[str]:
     """The shared label vocabulary; raise naming the first run and index that differ."""
     first = read_vocab(runs[0])
     for run in runs[1:]:
-        other = read_vocab(run)
-        if other != first:
-            if len(other) != len(first):
-                detail = f"{len(other)} labels vs {len(first)}"
-            else:
-                i = next(j for j, (a, b) in enumerate(zip(first, other)) if a != b)
-                detail = f"first difference at line {i + 1}: {other[i]!r} vs {first[i]!r}"
+        detail = vocab_difference(read_vocab(run), first)
+        if detail is not None:
             raise EnsembleError(f"{run / 'label_vocab.txt'}: label vocabulary differs from {runs[0] / 'label_vocab.txt'} ({detail})")
     return first
 

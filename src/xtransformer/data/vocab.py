@@ -63,12 +63,19 @@ class LabelVocab:
 
     def check_same(self, other: "LabelVocab", what: str = "artifact") -> None:
         """Raise a clear error when an artifact was built with another label space."""
-        if self == other:
-            return
-        if len(self) != len(other):
-            raise DataError(f"{what} was built for {len(other)} labels, the data has {len(self)}")
-        first = next(i for i, (a, b) in enumerate(zip(self.ids, other.ids)) if a != b)
-        raise DataError(
-            f"{what} label vocabulary differs from the data's at index {first}: "
-            f"{other.ids[first]!r} vs {self.ids[first]!r}"
-        )
+        diff = vocab_difference(other.ids, self.ids)
+        if diff is not None:
+            raise DataError(f"{what} label vocabulary differs from the data's ({diff})")
+
+
+def vocab_difference(theirs: Sequence[str], ours: Sequence[str]) -> str | None:
+    """None when two label vocabularies are identical, else the first difference in words
+    (every consumer that checks an artifact's label space words its error with this)."""
+    theirs, ours = list(theirs), list(ours)
+    if theirs == ours:
+        return None
+    if len(theirs) != len(ours):
+        return f"{len(theirs)} labels vs {len(ours)}"
+    i = next(j for j, (a, b) in enumerate(zip(theirs, ours)) if a != b)
+    n = sum(a != b for a, b in zip(theirs, ours))
+    return f"{n} ids differ; first at index {i} (line {i + 1}): {theirs[i]!r} vs {ours[i]!r}"

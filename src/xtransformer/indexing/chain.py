@@ -18,6 +18,7 @@ from typing import Any, overload
 import numpy as np
 import scipy.sparse as sp
 
+from xtransformer.data.vocab import vocab_difference
 from xtransformer.indexing.errors import IndexingError
 from xtransformer.utils.io import atomic_dir, is_complete, load_csr, load_json, save_csr, save_json
 
@@ -208,15 +209,9 @@ def codes_to_csr(codes: np.ndarray, n_cols: int) -> sp.csr_matrix:
 
 def check_vocab(saved: Sequence[str], given: Sequence[str], where: str | os.PathLike) -> None:
     """Raise naming the first difference when two label vocabularies are not identical."""
-    if list(saved) == list(given):
-        return
-    if len(saved) != len(given):
-        detail = f"saved has {len(saved)} labels, given has {len(given)}"
-    else:
-        diff = np.flatnonzero(np.asarray(saved, dtype=object) != np.asarray(given, dtype=object))
-        i = int(diff[0])
-        detail = f"{len(diff)} ids differ; first at index {i}: saved {saved[i]!r} vs given {given[i]!r}"
-    raise IndexingError(f"{where}: saved label vocabulary differs from `vocab_ids` ({detail})")
+    detail = vocab_difference(saved, given)
+    if detail is not None:
+        raise IndexingError(f"{where}: saved label vocabulary differs from `vocab_ids` (saved vs given: {detail})")
 
 
 def _vocab_hash(ids: Sequence[str]) -> str:
