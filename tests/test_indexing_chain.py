@@ -117,7 +117,7 @@ def test_save_load_roundtrip_and_vocab_check(tmp_path) -> None:
 
     with pytest.raises(IndexingError, match=r"index 7 \(line 8\): 'L7' vs 'X'"):
         ClusterChain.load(out, vocab_ids=ids[:7] + ["X"] + ids[8:])
-    with pytest.raises(IndexingError, match="saved has 40 labels, given has 39"):
+    with pytest.raises(IndexingError, match="saved vs given: 40 labels vs 39"):
         ClusterChain.load(out, vocab_ids=ids[:-1])
     with pytest.raises(IndexingError, match="vocab_ids"):
         chain.save(tmp_path / "bad", ids[:-1])
