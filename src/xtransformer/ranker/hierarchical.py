@@ -188,19 +188,16 @@ def _level_mask(
 
 
 def _check_chain(chain: Sequence[sp.spmatrix], Y: sp.spmatrix, X: sp.csr_matrix) -> list[sp.csr_matrix]:
-    mats = list(chain)
-    if not mats:
-        raise RankerError("hierarchical linear: `chain` is empty")
+    """The tree's levels, checked by ``ClusterChain`` (one set of tree rules), binarised."""
+    from xtransformer.indexing.chain import ClusterChain  # here: indexing imports the ranker
+    from xtransformer.indexing.errors import IndexingError
+
     if not sp.issparse(Y) or Y.shape[0] != X.shape[0]:
         raise RankerError(f"hierarchical linear: `Y` must be sparse with {X.shape[0]} rows (as X)")
-    out = []
-    for i, C in enumerate(mats):
-        if not sp.issparse(C):
-            raise RankerError(f"hierarchical linear: chain[{i}] must be a scipy sparse matrix, got {type(C).__name__}")
-        want_cols = 1 if i == 0 else mats[i - 1].shape[0]
-        if C.shape[1] != want_cols:
-            raise RankerError(f"hierarchical linear: chain[{i}] has {C.shape[1]} columns, expected {want_cols}")
-        out.append(binarize(C))
-    if out[-1].shape[0] != Y.shape[1]:
-        raise RankerError(f"hierarchical linear: chain[-1] has {out[-1].shape[0]} rows but `Y` has {Y.shape[1]} labels")
-    return out
+    try:
+        mats = list(chain) if isinstance(chain, ClusterChain) else list(ClusterChain(list(chain)))
+    except IndexingError as err:
+        raise RankerError(f"hierarchical linear: {err}") from None
+    if mats[-1].shape[0] != Y.shape[1]:
+        raise RankerError(f"hierarchical linear: chain[-1] has {mats[-1].shape[0]} rows but `Y` has {Y.shape[1]} labels")
+    return [binarize(C) for C in mats]
