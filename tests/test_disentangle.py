@@ -302,3 +302,30 @@ def test_pipeline_xtransformer_on_overlapping_clusters(tmp_path):
     assert load_json(folder / "copies" / "copies.json")["merge"] == "max"
     report = load_json(next((tmp_path / "cache" / "stages" / "indexing").iterdir()) / "report.json")
     assert report["disentangle"]["n_copies"] == 2 and report["quality"]["labels_in_multiple_clusters"] > 0
+
+
+@pytest.mark.slow
+def test_pipeline_xrtransformer_on_overlapping_clusters(tmp_path):
+    """λ = 2 for XR-Transformer: the fine-tuned levels' targets use the overlapping leaf level (a
+    label with two parents starts from their mean head), the final model keeps it (tree: same)
+    with one copy per (label, cluster), and the model folder predicts what the run did."""
+    from test_pipeline import TINY, _compose
+
+    from xtransformer.data import load_dataset
+    from xtransformer.model import XMCModel
+    from xtransformer.pipeline.run import run
+    from xtransformer.utils.io import load_csr, load_json
+
+    overrides = [*TINY, "method=xrtransformer", "indexing.n_copies=2", "indexing.max_cluster_growth=null",
+                 "xrtransformer.final.tree=same", "xrtransformer.eval_docs=50", "train_xrlinear=false"]
+    metrics = run(_compose(overrides, tmp_path))
+    index = metrics["index"]
+    assert index["n_copies"] == 2 and index["labels_in_multiple_clusters"] > 0
+    final = next((tmp_path / "cache" / "stages" / "xrfinal").iterdir()) / "model"
+    assert load_json(final / "copies" / "copies.json")["merge"] == "max"
+    run_dir = tmp_path / "run"
+    model = XMCModel.load(run_dir / "model" / "xrtransformer")
+    ds = load_dataset(_compose(overrides, tmp_path).data.name, max_docs=400)
+    got = model.predict_csr(ds.splits["test"].texts)
+    want = load_csr(run_dir / "predictions" / "xrtransformer" / "test.npz")
+    assert (got != want).nnz == 0

@@ -117,7 +117,7 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
         results["xrtransformer"] = evaluate(ds.splits[eval_split].Y, predictions["xrtransformer"], inv_propensity=inv_prop)
         levels = tuned.levels
         models["xrtransformer"] = XRTransformerParts(final, tuned.model_dir, s.xrtransformer, s.matcher)
-        index = {**stages.index_section(1, chain.leaf_assignment), **index}
+        index = {**stages.index_section(s.indexing.n_copies, chain.leaf_assignment), **index}
         extra["xrtransformer"] = {"finetune_s": round(sum(lv["seconds"] for lv in levels), 3),  # as trained
                                   "encode_docs_per_s": tuned.outputs.metrics.get("inference_docs_per_s", {})}
         stages.plots(out_dir / "plots", ds, chain)

@@ -199,9 +199,6 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
         settings.ranker = RankerConfig.from_mapping(plain.get("ranker") or {})
     if method == "xrtransformer":
         settings.xrtransformer = XRTransformerConfig.from_mapping(plain.get("xrtransformer") or {})
-        if settings.indexing.n_copies > 1:
-            raise settings.indexing.bad("n_copies", "label disentanglement is available for method=xtransformer "
-                                                    "and xrlinear, not yet for xrtransformer")
     return settings
 
 

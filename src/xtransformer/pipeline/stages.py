@@ -212,7 +212,8 @@ def xrtransformer(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix]
             final_tree, report = build_index(fcfg.indexing, train.Y, X_train_tfidf=feats, label_ids=ds.vocab.ids)
             save_json(report, tmp / "index_report.json")
             final_tree = final_tree.subsample(fcfg.nr_splits)
-        HierarchicalLinear.train(feats, train.Y, list(final_tree), fcfg.model).save(tmp / "model")
+        merge = s.indexing.merge if fcfg.tree == "same" else "max"  # "same" keeps the disentangled leaves
+        HierarchicalLinear.train(feats, train.Y, list(final_tree), fcfg.model, merge=merge).save(tmp / "model")
 
     folder = cache.run("xrfinal", keys.xrfinal, build, settings=fcfg.training_settings())
     model = HierarchicalLinear.load(folder / "model")

@@ -91,6 +91,10 @@ def children_table(level: Level) -> np.ndarray:
 
 def inherit_head(W_prev: np.ndarray, b_prev: np.ndarray, level: Level) -> tuple[np.ndarray, np.ndarray]:
     """``W_t = C_t W_{t-1}``: every node starts as its parent, so the new level's first scores
-    reproduce the parent level's (a child scores exactly what its parent scored)."""
-    C = level.parents
+    reproduce the parent level's (a child scores exactly what its parent scored). A node with
+    several parents (label disentanglement) starts as their mean."""
+    C = level.parents.tocsr().astype(np.float32)
+    counts = np.diff(C.indptr)
+    if counts.max(initial=1) > 1:
+        C = sp.diags(1.0 / np.maximum(counts, 1)).astype(np.float32) @ C
     return np.asarray(C @ W_prev, dtype=np.float32), np.asarray(C @ b_prev, dtype=np.float32).ravel()
