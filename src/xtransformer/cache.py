@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,7 @@ class StageCache:
         with atomic_dir(folder) as tmp:
             build(tmp)
             save_json({"stage": stage, "key": key, "settings": settings, "pid": os.getpid()}, tmp / "stage.json")
+            failpoint(stage)
         self.events.append((stage, key, "ran"))
         return folder
 
@@ -92,6 +94,16 @@ class StageCache:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def failpoint(stage: str) -> None:
+    """Fault injection for tests: ``XMC_KILL_IN_STAGE=<stage>`` kills this process with SIGKILL (as
+    ``kill -9``) when the stage's work is done but its folder not yet committed, so a test can check
+    that a killed run leaves nothing a rerun would trust, and that the rerun ends the same."""
+    if os.environ.get("XMC_KILL_IN_STAGE") == stage:
+        log.warning("XMC_KILL_IN_STAGE=%s: killing this process before the stage's folder is committed", stage)
+        logging.shutdown()
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _stage_key(folder: Path) -> str | None:

@@ -37,6 +37,7 @@ from xtransformer.encoders import (
     resolve_model,
     texts_fingerprint,
 )
+from xtransformer.cache import failpoint
 from xtransformer.matcher.config import MatcherConfig
 from xtransformer.matcher.datamodule import MatcherDataModule, instance_cluster_targets
 from xtransformer.matcher.inference import (
@@ -156,6 +157,7 @@ def train_matcher(
         if not trainer.is_global_zero:
             return _wait_for_outputs(out, infer_key)
         meta = matcher_meta(cfg, trainer_cfg, module, base, train_key, facts["global_step"])
+        failpoint("matcher")
         save_matcher_model(module.encoder, module.head, dm.load_tokenizer(), meta, model_dir)
         loaded = load_matcher_model(model_dir)
         if not cfg.keep_checkpoints:

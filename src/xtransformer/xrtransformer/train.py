@@ -41,7 +41,7 @@ from xtransformer.matcher.train import (
     topb_recall,
     write_matcher_outputs,
 )
-from xtransformer.cache import StageCache
+from xtransformer.cache import StageCache, failpoint
 from xtransformer.ranker.negatives import binarize
 from xtransformer.utils.dist import is_rank_zero
 from xtransformer.utils.io import is_complete
@@ -182,6 +182,7 @@ def _train_level(mcfg: MatcherConfig, xcfg: XRTransformerConfig, trainer_cfg: di
     for lg in logger or []:
         lg.log_metrics({f"level{level.index}/{k}": v for k, v in recall.items()}, step=int(sched["steps"]))
     meta = matcher_meta(mcfg, trainer_cfg, module, encoder_path, key, facts["global_step"]) | {"level": report}
+    failpoint(LEVEL_STAGE)
     save_matcher_model(module.encoder, module.head, dm.load_tokenizer(), meta, folder)
     if not mcfg.keep_checkpoints:  # the level folder is the resume point from here on
         shutil.rmtree(work / "checkpoints", ignore_errors=True)
