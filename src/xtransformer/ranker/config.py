@@ -41,7 +41,7 @@ class RankerConfig:
     matcher_weight: float = 1.0
     beam_size: int = 10  # clusters kept per level during beam search (PECOS default 10)
     topk: int = 20  # labels kept per document in the final predictions
-    threads: int = 2  # torch threads for training and prediction; <= 0 means all cores
+    threads: int = 2  # worker threads for training and prediction; <= 0 means all cores
     batch_nnz: int = 500_000  # clusters with fewer nonzeros of X are solved together in one block
 
     def __post_init__(self) -> None:
