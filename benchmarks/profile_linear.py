@@ -5,7 +5,8 @@ Usage (after ``run.py`` has written the problem's matrices under ``benchmarks/wo
   PYTHONPATH=src python benchmarks/profile_linear.py benchmarks/work/eurlex57k/data --top 25
   PYTHONPATH=src python benchmarks/profile_linear.py DATA --phases predict --model DIR  # a saved model
 
-Each phase runs under cProfile (cumulative time of our functions, top ``--top``) with the process's
+The tree is built as ``ours-xrlinear`` builds it (``--max-leaf-size``, ``--nr-splits``). Each phase
+runs under cProfile (cumulative time of our functions, top ``--top``) with the process's
 peak RSS (``VmHWM``) before and after it; ``--tracemalloc`` adds the phase's largest Python
 allocations (numpy buffers included), slower.
 """
@@ -61,6 +62,8 @@ def main() -> None:
     p.add_argument("--eval-split", default=None)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--top", type=int, default=20)
+    p.add_argument("--max-leaf-size", type=int, default=100, help="as configs/xrlinear (0: IndexingConfig's K)")
+    p.add_argument("--nr-splits", type=int, default=16, help="ClusterChain.subsample (0: the binary chain)")
     p.add_argument("--tracemalloc", action="store_true")
     args = p.parse_args()
     todo = args.phases.split(",")
@@ -73,14 +76,15 @@ def main() -> None:
     X, Y = phases.load_split(args.data, info.get("train_split", "train"))
     model = HierarchicalLinear.load(args.model) if args.model else None
     if "index" in todo or "train" in todo:
-        cfg = IndexingConfig(seed=0, threads=args.threads)
+        cfg = IndexingConfig(seed=0, threads=args.threads, max_leaf_size=args.max_leaf_size or None)
 
         def index():
             Z, _ = label_representation(cfg.name, Y, X, normalize_y_rows=cfg.normalize_y_rows,
                                         orphan_fallback=cfg.orphan_fallback, seed=cfg.seed)
-            return hierarchical_kmeans(Z, n_clusters=cfg.n_clusters, max_leaf_size=cfg.max_leaf_size,
-                                       branching=cfg.branching, max_iter=cfg.max_iter, seed=cfg.seed,
-                                       threads=cfg.threads)
+            chain = hierarchical_kmeans(Z, n_clusters=cfg.n_clusters, max_leaf_size=cfg.max_leaf_size,
+                                        branching=cfg.branching, max_iter=cfg.max_iter, seed=cfg.seed,
+                                        threads=cfg.threads)
+            return chain.subsample(args.nr_splits) if args.nr_splits else chain
 
         chain = _profiled("index", index, args.top, args.tracemalloc)
     if "train" in todo:

@@ -88,6 +88,12 @@ class LinearLevel:
             self._scorer = _Scorer(self.W, self.C, self.bias)
         return self._scorer
 
+    def prepare(self) -> "LinearLevel":
+        """Build the scoring layout and load the compiled loop now (a loaded model's first
+        prediction is then as fast as the next)."""
+        self._get_scorer().warm_up()
+        return self
+
     def score(
         self, X: sp.csr_matrix, parents: Candidates, post: PostProcessor, keep: int, threads: int = 1
     ) -> Candidates:
@@ -157,9 +163,13 @@ class _Scorer:
         self.entries = np.empty((Wf.nnz, 2), dtype=np.float32)  # (weight, slot): slots < 2^24 are exact
         self.entries[:, 0], self.entries[:, 1] = Wf.data, j_of[Wf.indices]
 
+    def warm_up(self) -> None:
+        empty = np.zeros(0, np.int64)
+        self.pair_scores(sp.csr_matrix((1, self.F1 - (1 if self.bias > 0 else 0)), dtype=np.float32), empty, empty)
+
     def pair_scores(self, X: sp.csr_matrix, doc: np.ndarray, node: np.ndarray) -> np.ndarray:
         """Raw scores ``P x n_max`` of the label slots of clusters ``node`` for documents ``doc`` (grouped)."""
-        from xtransformer.ranker.kernels import pair_scores
+        from xtransformer.ranker.kernels import pair_scores  # numba loads with the first scoring only
 
         out = np.zeros((len(doc), self.n_max), dtype=np.float32)
         pair_scores(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int32, copy=False), X.data,
@@ -414,7 +424,7 @@ def load_level(folder: Path) -> LinearLevel:
     level = LinearLevel(load_csr(folder / "W.npz").tocsc(), load_csr(folder / "C.npz"), float(meta["bias"]))
     if level.n_features != int(meta["n_features"]) or level.C.shape[0] != level.n_labels:
         raise RankerError(f"{folder}: W {level.W.shape} and C {level.C.shape} do not match level.json {meta}")
-    return level
+    return level.prepare()  # a loaded level is there to predict
 
 
 def load_model_meta(path: Path, name: str, model: str) -> dict:
