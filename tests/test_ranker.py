@@ -266,6 +266,20 @@ def test_predict_in_chunks_and_threads_is_the_same(monkeypatch):
     assert abs(got - want).max() < 1e-6 and (got != 0).nnz == (want != 0).nnz
 
 
+def test_predict_dense_and_sparse_layouts_agree(monkeypatch):
+    """Wide beams of a small level go through the dense copy of W; the compiled loop gives the same."""
+    X, Y, C = random_problem(L=20, K=5, seed=4)
+    ranker = LinearRanker.train(X, Y, C, tfn_mask(Y, C), RankerConfig(topk=6))
+    shortlist = sp.random(X.shape[0], 5, density=0.8, format="csr", dtype=np.float32, random_state=3)
+    assert ranker.level._get_scorer().W_dense is not None
+    dense = ranker.predict(X, shortlist)
+    monkeypatch.setattr(linear, "DENSE_BYTES", 0)
+    ranker.level._scorer = None
+    assert ranker.level._get_scorer().W_dense is None
+    loop = ranker.predict(X, shortlist)
+    assert abs(dense - loop).max() < 1e-5 and (dense != 0).nnz == (loop != 0).nnz
+
+
 def test_predict_narrow_beam_of_many_clusters():
     """One cluster per document out of 20: common features hold more weight rows than 8x the beam,
     which the scoring loop finds by bisection instead of a scan."""

@@ -10,6 +10,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+# LLVM may reorder float sums (vectorised dot products) but must keep infinities: the dual solver
+# starts its shrinking bounds at +-inf.
+FAST = {"nnan", "nsz", "reassoc", "contract", "arcp", "afn"}
+
 
 @njit(nogil=True, cache=True)
 def pair_scores(x_ptr, x_idx, x_val, doc, node, feat_ptr, rows, entries, bias_feat, bias, n_clusters,
@@ -69,7 +73,7 @@ def pair_scores(x_ptr, x_idx, x_val, doc, node, feat_ptr, rows, entries, bias_fe
         p0 = p1
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=FAST)
 def dual_cd_squared_hinge(indptr, indices, data, row_start, row_len, col_start, col_len, Y, cost, eps, max_iter,
                           seed, W, passes):  # pragma: no cover - compiled
     """LIBLINEAR's dual coordinate descent for the L2-regularised squared hinge (PECOS's solver).

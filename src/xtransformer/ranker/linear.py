@@ -36,6 +36,7 @@ from xtransformer.ranker.solver import Block, SolverParams, SolveStats, solve_bl
 log = logging.getLogger(__name__)
 
 MAX_SLOTS = 16  # labels solved together: keeps the F_task x slots weight tensors cache-sized
+DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see _Scorer.pair_scores)
 SCORE_CHUNK_COST = 4_000_000  # document nonzeros per pair plus (pair, slot) cells per scoring chunk
 
 
@@ -162,6 +163,9 @@ class _Scorer:
         self.feat_ptr = np.searchsorted(feat[starts], np.arange(self.F1 + 1)).astype(idx)
         self.entries = np.empty((Wf.nnz, 2), dtype=np.float32)  # (weight, slot): slots < 2^24 are exact
         self.entries[:, 0], self.entries[:, 1] = Wf.data, j_of[Wf.indices]
+        # a small level (few labels, e.g. the top of the tree) is also kept as a dense F x L array:
+        # when the beams cover most of its clusters, one csr @ dense product scores them fastest
+        self.W_dense = W.toarray() if self.F1 * W.shape[1] * 4 <= DENSE_BYTES else None
 
     def warm_up(self) -> None:
         empty = np.zeros(0, np.int64)
@@ -171,6 +175,16 @@ class _Scorer:
         """Raw scores ``P x n_max`` of the label slots of clusters ``node`` for documents ``doc`` (grouped)."""
         from xtransformer.ranker.kernels import pair_scores  # numba loads with the first scoring only
 
+        starts = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]]) if len(doc) else np.zeros(0, np.int64)
+        if self.W_dense is not None and 2 * len(doc) >= self.K * len(starts):  # beams hold most clusters
+            F = self.F1 - (1 if self.bias > 0 else 0)
+            full = X[doc[starts]] @ self.W_dense[:F]
+            if self.bias > 0:
+                full += np.float32(self.bias) * self.W_dense[F]
+            slots = self.slot_label[node]
+            out = full[np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(doc)]))[:, None], np.maximum(slots, 0)]
+            out[slots < 0] = 0.0
+            return out
         out = np.zeros((len(doc), self.n_max), dtype=np.float32)
         pair_scores(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int32, copy=False), X.data,
                     doc.astype(np.int64, copy=False), node.astype(np.int64, copy=False), self.feat_ptr, self.rows,
