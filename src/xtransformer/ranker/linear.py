@@ -165,7 +165,8 @@ class _Scorer:
         self.entries[:, 0], self.entries[:, 1] = Wf.data, j_of[Wf.indices]
         # a small level (few labels, e.g. the top of the tree) is also kept as a dense F x L array:
         # when the beams cover most of its clusters, one csr @ dense product scores them fastest
-        self.W_dense = W.toarray() if self.F1 * W.shape[1] * 4 <= DENSE_BYTES else None
+        # (C order: scipy's csr @ dense copies a Fortran-ordered operand on every call)
+        self.W_dense = np.ascontiguousarray(W.toarray()) if self.F1 * W.shape[1] * 4 <= DENSE_BYTES else None
 
     def warm_up(self) -> None:
         empty = np.zeros(0, np.int64)
