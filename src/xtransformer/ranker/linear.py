@@ -179,7 +179,9 @@ class _Scorer:
         starts = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]]) if len(doc) else np.zeros(0, np.int64)
         if self.W_dense is not None and 2 * len(doc) >= self.K * len(starts):  # beams hold most clusters
             F = self.F1 - (1 if self.bias > 0 else 0)
-            full = X[doc[starts]] @ self.W_dense[:F]
+            docs = doc[starts]
+            every = len(docs) == X.shape[0] and docs[-1] == len(docs) - 1  # sorted unique: all rows in order
+            full = (X if every else X[docs]) @ self.W_dense[:F]
             if self.bias > 0:
                 full += np.float32(self.bias) * self.W_dense[F]
             slots = self.slot_label[node]
