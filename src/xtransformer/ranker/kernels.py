@@ -93,7 +93,7 @@ def dual_cd_squared_hinge(indptr, indices, data, row_start, row_len, col_start, 
     for t in range(n_tasks):
         max_rows = max(max_rows, row_len[t])
         max_cols = max(max_cols, col_len[t])
-    w = np.zeros(max_cols, np.float64)
+    w = np.zeros(max_cols, np.float32)  # float32, as PECOS: half the cache footprint, ~2x faster here
     alpha = np.zeros(max_rows, np.float64)
     qd = np.zeros(max_rows, np.float64)
     xx = np.zeros(max_rows, np.float64)
