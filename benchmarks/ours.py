@@ -52,12 +52,7 @@ class Popular(phases.System):
 
 
 class _Ours(phases.System):
-    def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(args)
-        import torch
-
-        torch.set_num_threads(self.threads)  # our code may use torch kernels; match the peers
-
+    # The linear path imports no torch (its threads are set per call); the pipeline sets its own.
     def extra_info(self) -> dict:
         import xtransformer
 
@@ -71,11 +66,16 @@ class OursIndexing(_Ours):
     has_index = True
     has_train = False
 
+    def config(self):
+        from xtransformer.indexing import IndexingConfig
+
+        return IndexingConfig(seed=self.seed, threads=self.threads)
+
     def index(self, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
         # build_index would also compute cluster-quality diagnostics; time only the tree itself.
-        from xtransformer.indexing import IndexingConfig, hierarchical_kmeans, label_representation
+        from xtransformer.indexing import hierarchical_kmeans, label_representation
 
-        cfg = IndexingConfig(seed=self.seed, threads=self.threads)
+        cfg = self.config()
         Z, _ = label_representation(cfg.name, Y, X, normalize_y_rows=cfg.normalize_y_rows,
                                     orphan_fallback=cfg.orphan_fallback, seed=cfg.seed)
         self.chain = hierarchical_kmeans(Z, n_clusters=cfg.n_clusters, max_leaf_size=cfg.max_leaf_size,
@@ -85,9 +85,21 @@ class OursIndexing(_Ours):
 
 @adapter("xrlinear")
 class OursXRLinear(OursIndexing):
-    """Our indexing, then HierarchicalLinear (XR-Linear) with HierarchicalLinearConfig defaults."""
+    """XR-Linear as configs/xrlinear/default.yaml builds it (PECOS's recipe): a binary k-means tree to
+    leaves of <= 100 labels seen with 16 children per node (ClusterChain.subsample), then
+    HierarchicalLinear with HierarchicalLinearConfig defaults."""
 
     has_train = True
+    MAX_LEAF_SIZE, NR_SPLITS = 100, 16  # configs/xrlinear/default.yaml: indexing.max_leaf_size, nr_splits
+
+    def config(self):
+        from xtransformer.indexing import IndexingConfig
+
+        return IndexingConfig(seed=self.seed, threads=self.threads, max_leaf_size=self.MAX_LEAF_SIZE)
+
+    def index(self, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
+        super().index(X, Y)
+        self.chain = self.chain.subsample(self.NR_SPLITS)
 
     def train(self, X: sp.csr_matrix, Y: sp.csr_matrix, model_dir: Path) -> None:
         from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
@@ -118,6 +130,12 @@ class OursPipeline(_Ours):
     times_prediction = False
     model_in_dir = False  # its stage artifacts go to the pipeline's own cache folders
     CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        import torch
+
+        torch.set_num_threads(self.threads)  # the matcher's torch kernels: match the peers
 
     def prepare(self, data_dir: Path, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
         source = phases.load_problem(data_dir)["info"]["source"]

@@ -31,6 +31,7 @@ TIMINGS_FILE = "timings.json"
 MODEL_DIR = "model"
 PROBLEM_FILE = "problem.json"
 STAGES = ("index", "train", "predict")
+SINGLE_DOCS = 200  # eval documents predicted one per call for the single-document latency
 
 
 class PhaseError(ValueError):
@@ -257,6 +258,7 @@ def run(system: System, args: argparse.Namespace) -> dict[str, Any]:
             predictions[variant] = {
                 "load_s": clock.seconds[f"load.{variant}"],
                 "predict_s": clock.seconds[f"predict.{variant}"] if system.times_prediction else None,
+                "single_ms_p50": single_doc_ms(system, X_ev, args.topk, variant) if system.times_prediction else None,
                 "n_docs": int(X_ev.shape[0]),
             }
 
@@ -276,6 +278,21 @@ def run(system: System, args: argparse.Namespace) -> dict[str, Any]:
     }
     save_json_atomic(record, out / TIMINGS_FILE)
     return record
+
+
+def single_doc_ms(system: System, X: sp.csr_matrix, k: int, variant: str, n: int = SINGLE_DOCS) -> float:
+    """Median wall milliseconds of ``predict`` on one document (the first ``n`` of the eval split,
+    one call each, after one untimed call): the latency a server answering one request would see."""
+    rows = [X[i : i + 1] for i in range(min(n, X.shape[0]))]
+    if not rows:
+        return float("nan")
+    system.predict(rows[0], k, variant)
+    times = []
+    for row in rows:
+        t0 = time.perf_counter()
+        system.predict(row, k, variant)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times))
 
 
 def main(system_cls: type[System], argv: Sequence[str] | None = None,

@@ -236,9 +236,11 @@ def test_bad_settings_name_the_key(cfg, match):
 
 
 def test_n_copies_above_k_from_the_label_count():
-    check_copies_fit(IndexingConfig(n_copies=2, max_leaf_size=100), 90)  # K = 2
+    check_copies_fit(IndexingConfig(n_copies=2, max_leaf_size=100), 150)  # K = 2
     with pytest.raises(IndexingError, match=r"xrlinear.indexing.n_copies=3 is above the number of leaf clusters \(2"):
-        check_copies_fit(IndexingConfig(n_copies=3, max_leaf_size=100), 90, "xrlinear.indexing")
+        check_copies_fit(IndexingConfig(n_copies=3, max_leaf_size=100), 150, "xrlinear.indexing")
+    with pytest.raises(IndexingError, match=r"leaf clusters \(1 for 90"):  # all labels fit one leaf (PECOS)
+        check_copies_fit(IndexingConfig(n_copies=2, max_leaf_size=100), 90)
 
 
 # ---------------------------------------------------------------------------------------------- pipeline

@@ -59,6 +59,7 @@ def test_default_n_clusters_paper_rule() -> None:
     assert default_n_clusters(30938) == 512  # Wiki10-31K
     assert default_n_clusters(90) == 2
     assert resolve_n_clusters(4271, None, 100) == 64  # PECOS's max_leaf_size rule
+    assert resolve_n_clusters(90, None, 100) == 1  # all labels fit one leaf: no clustering (PECOS)
     assert resolve_n_clusters(4271, 37, None) == 37
 
 

@@ -142,7 +142,7 @@ def test_solver_matches_liblinear(loss, costs):
     Yd = np.where(Y.toarray() > 0, 1.0, -1.0).astype(np.float32)
     cost = np.where(Yd > 0, Cp, Cn).astype(np.float32)
     block = Block.from_scipy(Xb, np.array([X.shape[0]]), np.array([Xb.shape[1]]), Yd, cost)
-    W = solve_block(block, SolverParams(loss=loss, Cp=Cp, Cn=Cn, **TIGHT)).numpy()
+    W = solve_block(block, SolverParams(loss=loss, Cp=Cp, Cn=Cn, **TIGHT))
     for j in range(3):
         np.testing.assert_allclose(W[:, j], sklearn_weights(X, Yd[:, j], loss, Cp, Cn), atol=2e-3)
 
@@ -255,17 +255,45 @@ def test_predict_equals_dense_reference(post, matcher_weight):
     np.testing.assert_allclose(dense[stored], want[stored], rtol=1e-4, atol=1e-5)
 
 
-def test_predict_in_cluster_batches_is_the_same(monkeypatch):
+def test_predict_in_chunks_and_threads_is_the_same(monkeypatch):
     X, Y, C = random_problem(L=20, K=5, seed=4)
-    ranker = LinearRanker.train(X, Y, C, tfn_mask(Y, C), RankerConfig(topk=6))
+    ranker = LinearRanker.train(X, Y, C, tfn_mask(Y, C), RankerConfig(topk=6, threads=1))
     shortlist = sp.random(X.shape[0], 5, density=0.6, format="csr", dtype=np.float32, random_state=2)
     want = ranker.predict(X, shortlist)
-    monkeypatch.setattr(linear, "SCORER_ROWS", 2 * (X.shape[1] + 1))  # 2 clusters per batch
-    monkeypatch.setattr(linear, "SCORER_CACHE_ROWS", 0)  # rebuilt on every call
-    ranker.level._scorer = None
+    monkeypatch.setattr(linear, "SCORE_CHUNK_COST", 50)  # a few documents per chunk
+    ranker.config.threads = 2
     got = ranker.predict(X, shortlist)
-    assert ranker.level._scorer.batch == 2 and not ranker.level._scorer._built
     assert abs(got - want).max() < 1e-6 and (got != 0).nnz == (want != 0).nnz
+
+
+def test_predict_dense_and_sparse_layouts_agree(monkeypatch):
+    """Wide beams of a small level go through the dense copy of W; the compiled loop gives the same."""
+    X, Y, C = random_problem(L=20, K=5, seed=4)
+    ranker = LinearRanker.train(X, Y, C, tfn_mask(Y, C), RankerConfig(topk=6))
+    shortlist = sp.random(X.shape[0], 5, density=0.8, format="csr", dtype=np.float32, random_state=3)
+    assert ranker.level._get_scorer().W_dense is not None
+    dense = ranker.predict(X, shortlist)
+    monkeypatch.setattr(linear, "DENSE_BYTES", 0)
+    ranker.level._scorer = None
+    assert ranker.level._get_scorer().W_dense is None
+    loop = ranker.predict(X, shortlist)
+    assert abs(dense - loop).max() < 1e-5 and (dense != 0).nnz == (loop != 0).nnz
+
+
+def test_predict_narrow_beam_of_many_clusters():
+    """One cluster per document out of 20: common features hold more weight rows than 8x the beam,
+    which the scoring loop finds by bisection instead of a scan."""
+    X, Y, C = random_problem(L=40, K=20, seed=6)
+    ranker = LinearRanker.train(X, Y, C, tfn_mask(Y, C), RankerConfig(threshold=0.0, topk=2))
+    rng = np.random.default_rng(1)
+    one = rng.integers(0, 20, X.shape[0])
+    shortlist = sp.csr_matrix((np.ones(X.shape[0], np.float32), one, np.arange(X.shape[0] + 1)), shape=(X.shape[0], 20))
+    got = ranker.predict(X, shortlist, topk=2)
+    want = brute_force(X, ranker.W, C, shortlist, "l3-hinge", 2, 1.0)
+    dense = got.toarray()
+    stored = dense != 0
+    np.testing.assert_array_equal(stored, np.isfinite(want) & (want != 0))
+    np.testing.assert_allclose(dense[stored], want[stored], rtol=1e-4, atol=1e-5)
 
 
 def test_labels_in_several_clusters():

@@ -142,7 +142,8 @@ class ClusterChain:
                 break
             cur = max(fits)
             kept.append(cur)
-        kept.append(0)
+        if kept[-1] != 0:  # a flat chain's leaf level is already the root's children
+            kept.append(0)
         return kept[::-1]
 
     # ------------------------------------------------------------------ construction helpers

@@ -56,13 +56,16 @@ def resolve_n_clusters(n_labels: int, n_clusters: int | None, max_leaf_size: int
     """``K`` from exactly one of ``n_clusters`` / ``max_leaf_size``, else :func:`default_n_clusters`.
 
     ``max_leaf_size`` follows PECOS: the smallest power of two whose leaves hold at most that many
-    labels, whatever ``branching`` (4,271 labels, 100 -> 64; a 16-way tree then has 16 x 4 leaves).
+    labels, whatever ``branching`` (4,271 labels, 100 -> 64; a 16-way tree then has 16 x 4 leaves),
+    and a single leaf (no clustering: one flat level of labels) when all labels fit in one.
     """
     if n_clusters is not None and max_leaf_size is not None:
         raise IndexingError("set at most one of `n_clusters` and `max_leaf_size`")
     if max_leaf_size is not None:
         if not _is_int(max_leaf_size) or max_leaf_size < 1:
             raise IndexingError(f"`max_leaf_size` must be an int >= 1, got {max_leaf_size!r}")
+        if max_leaf_size >= n_labels:
+            return 1
         k = 2
         while k * max_leaf_size < n_labels:
             k *= 2
@@ -146,6 +149,8 @@ def hierarchical_kmeans(
         raise IndexingError(f"`max_iter` must be an int >= 1, got {max_iter!r}")
     n_threads = _resolve_threads(threads)
     k = resolve_n_clusters(n_labels, n_clusters, max_leaf_size)
+    if k == 1:  # every label fits one leaf: the flat chain [L x 1] (PECOS's rule)
+        return ClusterChain([sp.csr_matrix(np.ones((n_labels, 1), dtype=np.float32))])
     levels = tree_levels(n_labels, k, branching)
     rng = np.random.default_rng(seed)
     perm = np.arange(n_labels)

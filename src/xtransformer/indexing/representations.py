@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.indexing.errors import IndexingError
+from xtransformer.utils.rows import unit_rows
 
 EmbedFn = Callable[[list[str]], np.ndarray]
 
@@ -129,7 +130,7 @@ def label_representation(
 def pifa(Yw: sp.csr_matrix, X: sp.spmatrix | np.ndarray) -> sp.csr_matrix | np.ndarray:
     """Row-normalised ``Yw.T @ X`` (csr for sparse ``X``, dense for dense ``X``); zero rows stay zero."""
     V = Yw.T.tocsr() @ X
-    return _unit_rows(sp.csr_matrix(V, dtype=np.float32) if sp.issparse(V) else np.asarray(V, dtype=np.float32))
+    return unit_rows(sp.csr_matrix(V, dtype=np.float32) if sp.issparse(V) else np.asarray(V, dtype=np.float32))
 
 
 def text_embedding(
@@ -166,7 +167,7 @@ def text_embedding(
         "n_text_missing": len(missing),
         "text_missing_used": "label id" if label_ids is not None else "label index",
     }
-    return _unit_rows(E), report
+    return unit_rows(E), report
 
 
 def concat_blocks(blocks: list[sp.csr_matrix | np.ndarray]) -> sp.csr_matrix | np.ndarray:
@@ -217,19 +218,8 @@ def _copy_rows(
 def _weighted_Y(Y: sp.csr_matrix, normalize_rows: bool) -> sp.csr_matrix:
     Yw = Y.astype(np.float32)
     if normalize_rows:
-        Yw = _unit_rows(Yw)
+        Yw = unit_rows(Yw)
     return Yw
-
-
-def _unit_rows(X: sp.csr_matrix | np.ndarray) -> sp.csr_matrix | np.ndarray:
-    if sp.issparse(X):
-        X = sp.csr_matrix(X, dtype=np.float32)
-        sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-        inv = np.divide(1.0, np.sqrt(sq), out=np.zeros_like(sq), where=sq > 0).astype(np.float32)
-        return sp.csr_matrix(sp.diags(inv) @ X, dtype=np.float32)
-    sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
-    inv = np.divide(1.0, np.sqrt(sq), out=np.zeros_like(sq), where=sq > 0).astype(np.float32)
-    return (X * inv[:, None]).astype(np.float32)
 
 
 def _check_Y(Y: Any) -> sp.csr_matrix:

@@ -8,6 +8,7 @@ from xtransformer.ranker.hierarchical import HierarchicalLinear, level_targets
 from xtransformer.ranker.linear import LinearLevel, LinearRanker
 from xtransformer.ranker.negatives import SCHEMES, binarize, negative_mask, tfn_mask
 from xtransformer.ranker.postprocess import POST_PROCESSORS, PostProcessor, combine_scores, get_post_processor
+from xtransformer.ranker.solver import SolverParams
 from xtransformer.ranker.topk import topk_csr
 
 __all__ = [
@@ -33,12 +34,3 @@ __all__ = [
     "train_ranker",
 ]
 
-
-def __getattr__(name: str):
-    # SolverParams lives with the torch solver: imported on first use so that predicting with a
-    # saved linear model never loads torch
-    if name == "SolverParams":
-        from xtransformer.ranker.solver import SolverParams
-
-        return SolverParams
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -138,7 +138,8 @@ def build_block(
     row_len = groups.n_rows[batch]
     rows = groups.rows[ranges(groups.row_ptr[batch], row_len)]
     row_task = np.repeat(np.arange(T), row_len)
-    Xr = with_bias(X[rows], bias)  # bias on the gathered rows only: no copy of the whole X
+    every_row = len(rows) == X.shape[0] and bool(np.all(rows[1:] > rows[:-1]))  # sorted, so all of them in order
+    Xr = with_bias(X if every_row else X[rows], bias)  # bias on the gathered rows only: no copy of the whole X
     F1 = Xr.shape[1]
     # compact columns per task: key = task * F1 + feature, renumbered in sorted order
     key_dtype = np.int32 if T * F1 < 2**31 else np.int64

@@ -1,8 +1,9 @@
 """Ranker settings: ``RankerConfig`` (mirrors ``configs/ranker/*.yaml``) and ``HierarchicalLinearConfig``.
 
-Solver defaults follow PECOS/LIBLINEAR (squared hinge, Cp = Cn = 1, bias 1, prune |w| < 0.1).
-Our solver is a batched primal Newton-CG, so ``eps``/``max_iter`` mean Newton's stopping rule
-(relative gradient norm, Newton iterations), not PECOS's dual coordinate-descent passes.
+Solver defaults follow PECOS/LIBLINEAR (squared hinge by dual coordinate descent, Cp = Cn = 1,
+bias 1, eps 0.1, at most 100 passes, prune |w| < 0.1). With ``loss="logistic"`` the solver is a
+batched primal Newton-CG, and ``eps``/``max_iter`` mean its stopping rule (relative gradient norm,
+Newton iterations; ``max_cg_iter`` CG steps each).
 """
 
 from __future__ import annotations
@@ -36,16 +37,16 @@ class RankerConfig(Settings):
     Cn: float = 1.0  # cost of a negative instance
     bias: float = 1.0  # value of the appended bias feature; <= 0 disables it
     threshold: float = 0.1  # prune weights with |w| < threshold
-    max_iter: int = 10  # Newton iterations per problem
-    eps: float = 0.01  # stop a problem when ||grad|| <= eps * ||grad at w=0||
-    max_cg_iter: int = 20  # conjugate-gradient steps per Newton iteration
+    max_iter: int = 100  # squared hinge: dual CD passes per problem; logistic: Newton iterations
+    eps: float = 0.1  # squared hinge: stop at max - min projected gradient <= eps; logistic: ||g|| <= eps ||g_0||
+    max_cg_iter: int = 20  # logistic: conjugate-gradient steps per Newton iteration
     post_processor: str = predict_field("l3-hinge")  # noop | sigmoid | l1..l4-hinge | log-sigmoid | log-l1..l4-hinge
     # weight w of the matcher's score: t(ranker) * t(matcher)^w (w * t(matcher) for log- post-processors);
     # 1 = the paper, 0 = the ranker alone over the matcher's shortlist (prediction only, not trained)
     matcher_weight: float = predict_field(1.0)
     beam_size: int = predict_field(10)  # clusters kept per level during beam search (PECOS default 10)
     topk: int = predict_field(20)  # labels kept per document in the final predictions
-    threads: int = run_field(2)  # torch threads for training and prediction; <= 0 means all cores
+    threads: int = run_field(2)  # worker threads for training and prediction; <= 0 means all cores
     batch_nnz: int = 500_000  # clusters with fewer nonzeros of X are solved together in one block
 
     def check(self) -> None:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.preprocessing import normalize
-
 from xtransformer.ranker.errors import RankerError
+from xtransformer.utils.rows import unit_rows
 
 
 def concat_features(X_tfidf: sp.spmatrix, emb: np.ndarray | None = None, weight: float = 1.0) -> sp.csr_matrix:
@@ -16,7 +15,7 @@ def concat_features(X_tfidf: sp.spmatrix, emb: np.ndarray | None = None, weight:
     """
     if not sp.issparse(X_tfidf) or X_tfidf.ndim != 2:
         raise RankerError(f"concat_features: `X_tfidf` must be a sparse N x F matrix, got {type(X_tfidf).__name__}")
-    blocks = [normalize(sp.csr_matrix(X_tfidf, dtype=np.float32), norm="l2")]
+    blocks = [unit_rows(X_tfidf)]
     if emb is not None:
         emb = np.asarray(emb)
         if emb.ndim != 2 or emb.shape[0] != X_tfidf.shape[0]:
@@ -25,10 +24,10 @@ def concat_features(X_tfidf: sp.spmatrix, emb: np.ndarray | None = None, weight:
             )
         if not weight >= 0:
             raise RankerError(f"concat_features: `weight` must be >= 0, got {weight!r}")
-        dense = normalize(emb.astype(np.float32), norm="l2") * np.float32(weight)
+        dense = unit_rows(emb.astype(np.float32)) * np.float32(weight)
         blocks.append(sp.csr_matrix(dense))
     out = sp.hstack(blocks, format="csr", dtype=np.float32) if len(blocks) > 1 else blocks[0]
-    out = normalize(out, norm="l2")
+    out = unit_rows(out)
     out.sort_indices()
     return out.astype(np.float32, copy=False)
 

@@ -4,12 +4,10 @@
 in the last row, and the label-to-cluster matrix ``C``); ``LinearRanker`` is the neural path's
 public single-level model (features and shortlist come from outside).
 
-Scoring a shortlist is one sparse product per chunk of documents, with no Python loop over
-clusters or documents: every (document, cluster) pair becomes a row of ``X_rep`` holding the
-document's features shifted into the cluster's own feature range (column ``f * K + k``),
-and ``W_big`` (``K (F + 1) x n_max``) holds, in the same range, the weights of cluster ``k``'s labels
-in slots ``0 .. n_k - 1``. So ``X_rep @ W_big`` is exactly the raw score of every shortlisted label
-(see ``_Scorer``; when ``K (F + 1)`` is huge the clusters are split into a few batches).
+Scoring a shortlist runs one compiled loop per chunk of documents (``kernels.pair_scores``) over
+a feature-major copy of ``W`` (see ``_Scorer``): each document's nonzeros meet the weight rows of
+the clusters in its beam, written straight into a dense ``pairs x labels-per-cluster`` block, with
+no Python loop over clusters or documents and no sparse intermediate.
 """
 
 from __future__ import annotations
@@ -19,12 +17,11 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
-from xtransformer.ranker.blocks import BlockData, build_block, make_groups, plan_batches, ranges, with_bias
+from xtransformer.ranker.blocks import BlockData, build_block, make_groups, plan_batches, ranges
 from xtransformer.ranker.config import RankerConfig
 from xtransformer.ranker.copies import COPIES_DIR, LabelCopies
 from xtransformer.ranker.errors import RankerError
@@ -34,22 +31,16 @@ from xtransformer.ranker.postprocess import PostProcessor, get_post_processor
 from xtransformer.ranker.topk import Candidates, concat, dedupe_max, topk, topk_pairs
 from xtransformer.utils.io import atomic_dir, is_complete, load_csr, load_json, save_csr, save_json
 
-# The solver (and torch) are imported inside the training code only: a saved model predicts with
-# numpy/scipy alone, so serving a linear model never loads torch.
-if TYPE_CHECKING:
-    from xtransformer.ranker.solver import Block, SolverParams, SolveStats
+from xtransformer.ranker.solver import Block, SolverParams, SolveStats, solve_block
 
 log = logging.getLogger(__name__)
 
 MAX_SLOTS = 16  # labels solved together: keeps the F_task x slots weight tensors cache-sized
-SCORE_CHUNK_COST = 4_000_000  # nonzeros of X_rep plus (pair, slot) cells per scoring chunk
-SCORER_ROWS = 1 << 26  # clusters x features in one W_big (its int32 index arrays stay small)
-SCORER_CACHE_ROWS = 1 << 26  # keep every W_big when all clusters together stay below this
+DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see _Scorer.pair_scores)
+SCORE_CHUNK_COST = 4_000_000  # document nonzeros per pair plus (pair, slot) cells per scoring chunk
 
 
 def solver_params(cfg: RankerConfig) -> SolverParams:
-    from xtransformer.ranker.solver import SolverParams
-
     return SolverParams(loss=cfg.loss, Cp=cfg.Cp, Cn=cfg.Cn, eps=cfg.eps, max_iter=cfg.max_iter, max_cg_iter=cfg.max_cg_iter)
 
 
@@ -95,8 +86,14 @@ class LinearLevel:
     # ------------------------------------------------------------------ scoring
     def _get_scorer(self) -> "_Scorer":
         if self._scorer is None:
-            self._scorer = _Scorer(self.W, self.C)
+            self._scorer = _Scorer(self.W, self.C, self.bias)
         return self._scorer
+
+    def prepare(self) -> "LinearLevel":
+        """Build the scoring layout and load the compiled loop now (a loaded model's first
+        prediction is then as fast as the next)."""
+        self._get_scorer().warm_up()
+        return self
 
     def score(
         self, X: sp.csr_matrix, parents: Candidates, post: PostProcessor, keep: int, threads: int = 1
@@ -115,7 +112,7 @@ class LinearLevel:
 
         def run(sel: slice) -> Candidates:
             doc, node, parent = parents.doc[sel], parents.item[sel], parents.score[sel]
-            raw = scorer.pair_scores(X, self.bias, doc, node)
+            raw = scorer.pair_scores(X, doc, node)
             labels = scorer.slot_label[node]
             final = post.combine(raw, parent[:, None])
             if hard:
@@ -125,7 +122,6 @@ class LinearLevel:
             return topk(dedupe_max(c), keep)
 
         if threads > 1 and len(chunks) > 1:
-            scorer.prepare(np.unique(parents.item // scorer.batch))  # build shared pieces before the threads
             with ThreadPoolExecutor(threads) as pool:  # scipy's sparse products release the GIL
                 parts = list(pool.map(run, chunks))
         else:
@@ -136,68 +132,66 @@ class LinearLevel:
 class _Scorer:
     """Raw scores of (document, cluster) pairs for every label slot of the cluster.
 
-    Clusters are taken ``batch`` at a time; for a batch of ``n_b`` clusters from ``k0``, ``W_big``
-    (``(F + 1) n_b x n_max``) holds cluster ``k``'s label weights in rows ``f n_b + (k - k0)``, and
-    each pair's document becomes a row of ``X_rep`` with feature ``f`` moved to the same column,
-    so one sparse product ``X_rep @ W_big`` scores every pair of the batch. Batches bound the row count
-    (the index arrays of ``W_big``); they are cached unless all of them together would be large.
+    The level's weights in the feature-major layout of :func:`kernels.pair_scores`: one row per
+    (feature, cluster) that holds a weight, listing the (weight, slot) entries of the cluster's
+    labels (slot ``j`` of cluster ``k`` is label ``slot_label[k, j]``). Row and entry fields are
+    interleaved so that one cache line serves both. Built in linear time by scipy (a column gather
+    and a csc -> csr conversion); about the size of ``W`` itself.
     """
 
-    def __init__(self, W: sp.csc_matrix, C: sp.csr_matrix):
+    def __init__(self, W: sp.csc_matrix, C: sp.csr_matrix, bias: float):
         Cc = C.tocsc()
         Cc.sort_indices()
-        self.K, self.F1 = C.shape[1], W.shape[0]
+        self.K, self.F1, self.bias = C.shape[1], W.shape[0], float(bias)
         sizes = np.diff(Cc.indptr)
         self.n_max = max(int(sizes.max(initial=0)), 1)
-        self.k_of = np.repeat(np.arange(self.K, dtype=np.int64), sizes)  # per (cluster, label) entry
-        self.j_of = ranges(np.zeros(self.K), sizes)
-        self.l_of = Cc.indices.astype(np.int64)
+        k_of = np.repeat(np.arange(self.K, dtype=np.int64), sizes)  # per (cluster, label) entry
+        j_of = ranges(np.zeros(self.K), sizes)
+        l_of = Cc.indices.astype(np.int64)
         self.slot_label = np.full((self.K, self.n_max), -1, dtype=np.int64)
-        self.slot_label[self.k_of, self.j_of] = self.l_of
-        self.W = W.tocsc()
-        self.batch = max(1, SCORER_ROWS // self.F1)
-        self.cache = self.K * self.F1 <= SCORER_CACHE_ROWS
-        self._built: dict[int, sp.csr_matrix] = {}
+        self.slot_label[k_of, j_of] = l_of
+        # columns in (cluster, slot) order, then feature-major: each feature's entries come grouped by cluster
+        Wf = sp.csc_matrix(W)[:, l_of].tocsr()
+        Wf.sort_indices()
+        feat = np.repeat(np.arange(self.F1, dtype=np.int64), np.diff(Wf.indptr))
+        clus = k_of[Wf.indices]
+        starts = np.flatnonzero(np.r_[True, (feat[1:] != feat[:-1]) | (clus[1:] != clus[:-1])]) if Wf.nnz else np.zeros(0, np.int64)
+        idx = np.int32 if Wf.nnz < 2**31 - 1 else np.int64
+        self.rows = np.empty((len(starts) + 1, 2), dtype=idx)
+        self.rows[:-1, 0], self.rows[:-1, 1] = clus[starts], starts
+        self.rows[-1] = (-1, Wf.nnz)
+        self.feat_ptr = np.searchsorted(feat[starts], np.arange(self.F1 + 1)).astype(idx)
+        self.entries = np.empty((Wf.nnz, 2), dtype=np.float32)  # (weight, slot): slots < 2^24 are exact
+        self.entries[:, 0], self.entries[:, 1] = Wf.data, j_of[Wf.indices]
+        # a small level (few labels, e.g. the top of the tree) is also kept as a dense F x L array:
+        # when the beams cover most of its clusters, one csr @ dense product scores them fastest
+        # (C order: scipy's csr @ dense copies a Fortran-ordered operand on every call)
+        self.W_dense = np.ascontiguousarray(W.toarray()) if self.F1 * W.shape[1] * 4 <= DENSE_BYTES else None
 
-    def w_big(self, b: int) -> sp.csr_matrix:
-        if b in self._built:
-            return self._built[b]
-        k0, k1 = b * self.batch, min(self.K, (b + 1) * self.batch)
-        sel = (self.k_of >= k0) & (self.k_of < k1)
-        k_of, j_of, l_of = self.k_of[sel], self.j_of[sel], self.l_of[sel]
-        cnt = np.diff(self.W.indptr)[l_of]
-        src = ranges(self.W.indptr[l_of], cnt)
-        # feature-major rows f * n_batch + (k - k0): the pairs of one document (its beam) then read
-        # neighbouring rows of W_big, which keeps the lookups in cache (~3x faster than cluster-major)
-        rows = self.W.indices[src].astype(np.int64) * (k1 - k0) + np.repeat(k_of - k0, cnt)
-        out = sp.csr_matrix(
-            (self.W.data[src], (rows, np.repeat(j_of, cnt))), shape=((k1 - k0) * self.F1, self.n_max), dtype=np.float32
-        )
-        if self.cache:
-            self._built[b] = out
-        return out
+    def warm_up(self) -> None:
+        empty = np.zeros(0, np.int64)
+        self.pair_scores(sp.csr_matrix((1, self.F1 - (1 if self.bias > 0 else 0)), dtype=np.float32), empty, empty)
 
-    def prepare(self, batches: np.ndarray) -> None:
-        if self.cache:
-            for b in batches:  # one batch per level unless clusters x features is huge
-                self.w_big(int(b))
+    def pair_scores(self, X: sp.csr_matrix, doc: np.ndarray, node: np.ndarray) -> np.ndarray:
+        """Raw scores ``P x n_max`` of the label slots of clusters ``node`` for documents ``doc`` (grouped)."""
+        from xtransformer.ranker.kernels import pair_scores  # numba loads with the first scoring only
 
-    def pair_scores(self, X: sp.csr_matrix, bias: float, doc: np.ndarray, node: np.ndarray) -> np.ndarray:
-        """Raw scores ``P x n_max`` of the label slots of clusters ``node`` for documents ``doc``."""
+        starts = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]]) if len(doc) else np.zeros(0, np.int64)
+        if self.W_dense is not None and 2 * len(doc) >= self.K * len(starts):  # beams hold most clusters
+            F = self.F1 - (1 if self.bias > 0 else 0)
+            docs = doc[starts]
+            every = len(docs) == X.shape[0] and docs[-1] == len(docs) - 1  # sorted unique: all rows in order
+            full = (X if every else X[docs]) @ self.W_dense[:F]
+            if self.bias > 0:
+                full += np.float32(self.bias) * self.W_dense[F]
+            slots = self.slot_label[node]
+            out = full[np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(doc)]))[:, None], np.maximum(slots, 0)]
+            out[slots < 0] = 0.0
+            return out
         out = np.zeros((len(doc), self.n_max), dtype=np.float32)
-        bid = node // self.batch
-        order = np.argsort(bid, kind="stable")
-        cuts = np.flatnonzero(np.diff(bid[order])) + 1
-        for sel in np.split(order, cuts):  # loop over cluster batches (one for most models)
-            if len(sel) == 0:
-                continue
-            b = int(bid[sel[0]])
-            Xr = with_bias(X[doc[sel]], bias)
-            W_big = self.w_big(b)
-            n_b = W_big.shape[0] // self.F1
-            ind = Xr.indices.astype(np.int64) * n_b + np.repeat(node[sel] - b * self.batch, np.diff(Xr.indptr))
-            X_rep = sp.csr_matrix((Xr.data, ind, Xr.indptr), shape=(len(sel), W_big.shape[0]))
-            out[sel] = (X_rep @ W_big).toarray()
+        pair_scores(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int32, copy=False), X.data,
+                    doc.astype(np.int64, copy=False), node.astype(np.int64, copy=False), self.feat_ptr, self.rows,
+                    self.entries, self.F1 - 1, np.float32(self.bias), self.K, out)
         return out
 
 
@@ -273,17 +267,14 @@ def train_levels(
 class _BlockTrainer:
     """Solves blocks in ``threads`` worker threads, a chunk of at most ``slots`` labels at a time.
 
-    Parallelism is coarse (one chunk per thread, torch ops single-threaded): fine-grained
-    intra-op threading collapses when other processes share the cores, coarse chunks do not.
+    Parallelism is coarse (one chunk per thread; scipy's sparse products and numpy's large
+    elementwise ops release the GIL): fine-grained intra-op threading collapses when other
+    processes share the cores, coarse chunks do not.
     The caller builds the next block while the workers solve; at most ``threads`` chunks wait
     in the queue, which bounds how many blocks are alive (memory).
     """
 
     def __init__(self, params: SolverParams, threshold: float, threads: int, slots: int, n_tags: int = 1):
-        import torch
-
-        from xtransformer.ranker.solver import SolveStats
-
         self.params = params
         self.threshold = threshold
         self.slots = slots
@@ -292,13 +283,8 @@ class _BlockTrainer:
         self.pending: dict[Future, int] = {}  # chunk -> tag
         self.stats = [SolveStats() for _ in range(n_tags)]
         self.parts: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(n_tags)]
-        self._torch = torch
-        self._old_threads = torch.get_num_threads()
-        torch.set_num_threads(1)
 
     def submit(self, bd: BlockData, tag: int = 0) -> None:
-        from xtransformer.ranker.solver import Block
-
         block = Block.from_scipy(bd.X, bd.row_len, bd.col_len, bd.Y, bd.cost)
         n = bd.Y.shape[1]
         bounds = np.linspace(0, n, -(-n // self.slots) + 1).round().astype(int)  # even chunks
@@ -311,9 +297,7 @@ class _BlockTrainer:
                     self._collect(self.pending.pop(fut), fut)
 
     def _solve(self, bd: BlockData, block: Block, cols: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray, SolveStats]:
-        from xtransformer.ranker.solver import solve_block
-
-        W = solve_block(block, self.params).numpy()
+        W = solve_block(block, self.params)
         slot_label = bd.slot_label[:, cols]
         col_task = bd.col_task
         f, j = np.nonzero((np.abs(W) >= self.threshold) & (slot_label[col_task] >= 0))
@@ -331,7 +315,6 @@ class _BlockTrainer:
                 self._collect(self.pending.pop(fut), fut)
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
-            self._torch.set_num_threads(self._old_threads)
         empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
         return [
             tuple(np.concatenate([p[i] for p in parts]) for i in range(3)) if parts else empty  # type: ignore[misc]
@@ -458,7 +441,7 @@ def load_level(folder: Path) -> LinearLevel:
     level = LinearLevel(load_csr(folder / "W.npz").tocsc(), load_csr(folder / "C.npz"), float(meta["bias"]))
     if level.n_features != int(meta["n_features"]) or level.C.shape[0] != level.n_labels:
         raise RankerError(f"{folder}: W {level.W.shape} and C {level.C.shape} do not match level.json {meta}")
-    return level
+    return level.prepare()  # a loaded level is there to predict
 
 
 def load_model_meta(path: Path, name: str, model: str) -> dict:

@@ -1,4 +1,4 @@
-"""Batched primal Newton-CG for many independent L2-regularised binary linear problems.
+"""Solvers for many independent L2-regularised binary linear problems, a block at a time.
 
 A *block* stacks ``T`` tasks (clusters) block-diagonally: task ``t`` owns a set of rows (its
 training instances) and a set of columns (the features that occur in those rows, plus the bias
@@ -13,7 +13,10 @@ Objective of each problem (LIBLINEAR's primal, bias regularised like LIBLINEAR/P
     f(w) = 1/2 ||w||^2 + sum_i c_i loss(y_i w.x_i)
 
 with ``loss(m) = max(0, 1 - m)^2`` (squared hinge) or ``log(1 + exp(-m))`` (logistic) and
-``c_i = Cp`` for positives, ``Cn`` for negatives. The method is LIBLINEAR's (>= 2.40) Newton with
+``c_i = Cp`` for positives, ``Cn`` for negatives. The squared hinge is solved as PECOS does, by
+LIBLINEAR's dual coordinate descent (a compiled loop per problem, ``kernels.py``): about as many
+passes over the rows as it needs, where Newton-CG makes two sparse products per CG step.
+The logistic loss uses LIBLINEAR's (>= 2.40) Newton with
 a line search: diagonally preconditioned CG (preconditioner ``(1 - a) + a diag(H)``, ``a = 0.01``;
 stop on the quadratic-model decrease rule with ``eps_cg = 0.5``), then a backtracking Armijo line
 search (``eta = 0.01``) that costs no extra sparse product because ``X (w + alpha s) = Xw + alpha Xs``.
@@ -24,13 +27,10 @@ Newton iterations; finished problems are frozen (their step is 0) while the othe
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
-import torch
-import torch.nn.functional as F
 
 from xtransformer.ranker.errors import RankerError
 
@@ -46,13 +46,15 @@ class SolverParams:
     loss: str = "squared_hinge"
     Cp: float = 1.0
     Cn: float = 1.0
-    eps: float = 0.01
-    max_iter: int = 10
+    eps: float = 0.1
+    max_iter: int = 100
     max_cg_iter: int = 20
+    seed: int = 0  # order of the dual coordinate descent's passes
 
 
 @dataclass
 class SolveStats:
+    cd_passes: int = 0
     newton_iters: int = 0
     cg_iters: int = 0
     spmm: int = 0
@@ -66,15 +68,21 @@ class SolveStats:
 
 @dataclass(eq=False)
 class Block:
-    """``T`` tasks stacked block-diagonally; rows and columns sorted by task."""
+    """``T`` tasks stacked block-diagonally; rows and columns sorted by task.
 
-    X: torch.Tensor  # R x Fb sparse csr
-    XT: torch.Tensor  # Fb x R sparse csr
-    Y: torch.Tensor  # R x n, +1 / -1
-    cost: torch.Tensor  # R x n, c_i per problem; 0 = padding
-    row_len: torch.Tensor  # T, rows per task
-    col_len: torch.Tensor  # T, columns per task
+    Arrays are numpy/scipy (float32): scipy's sparse-times-dense products release the GIL, so the
+    worker threads of ``linear._BlockTrainer`` run them in parallel. ``X^T @ U`` goes through the
+    transposed view (scipy's csc kernel, as fast here as a transposed copy, which would double
+    the block's memory).
+    """
+
+    X: sp.csr_matrix  # R x Fb
+    Y: np.ndarray  # R x n, +1 / -1
+    cost: np.ndarray  # R x n, c_i per problem; 0 = padding
+    row_len: np.ndarray  # T, rows per task
+    col_len: np.ndarray  # T, columns per task
     stats: SolveStats = field(default_factory=SolveStats)
+    _X_sq: sp.csr_matrix | None = field(default=None, repr=False)
 
     @classmethod
     def from_scipy(
@@ -85,145 +93,189 @@ class Block:
                 f"solver block: inconsistent shapes X {Xb.shape}, rows {int(row_len.sum())}, "
                 f"cols {int(col_len.sum())}, Y {Y.shape}, cost {cost.shape}"
             )
-        XT = Xb.T.tocsr()
-        XT.sort_indices()
         return cls(
-            X=_torch_csr(Xb, Xb.data),
-            XT=_torch_csr(XT, XT.data),
-            Y=torch.from_numpy(np.ascontiguousarray(Y, dtype=np.float32)),
-            cost=torch.from_numpy(np.ascontiguousarray(cost, dtype=np.float32)),
-            row_len=torch.from_numpy(row_len.astype(np.int64)),
-            col_len=torch.from_numpy(col_len.astype(np.int64)),
+            X=_f32_csr(Xb),
+            Y=np.ascontiguousarray(Y, dtype=np.float32),
+            cost=np.ascontiguousarray(cost, dtype=np.float32),
+            row_len=np.asarray(row_len, dtype=np.int64),
+            col_len=np.asarray(col_len, dtype=np.int64),
         )
 
-    def columns(self, cols: slice | torch.Tensor, share_stats: bool = False) -> "Block":
+    def columns(self, cols: slice | np.ndarray, share_stats: bool = False) -> "Block":
         """The same tasks and matrices restricted to label slots ``cols``."""
         return Block(
-            self.X, self.XT, self.Y[:, cols].contiguous(), self.cost[:, cols].contiguous(),
-            self.row_len, self.col_len, self.stats if share_stats else SolveStats(),
+            self.X, np.ascontiguousarray(self.Y[:, cols]), np.ascontiguousarray(self.cost[:, cols]),
+            self.row_len, self.col_len, self.stats if share_stats else SolveStats(), self._X_sq,
         )
 
     @property
     def n_tasks(self) -> int:
-        return int(self.row_len.numel())
+        return len(self.row_len)
 
     # per-problem reductions (T x n) and their broadcasts back to rows / columns
-    def row_sum(self, A: torch.Tensor) -> torch.Tensor:
+    def row_sum(self, A: np.ndarray) -> np.ndarray:
         return _segment_sum(A, self.row_len)
 
-    def col_dot(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-        """Per-problem dot products of two ``Fb x n`` tensors (``T x n``)."""
-        if self.col_len.numel() == 1:
-            return torch.linalg.vecdot(A, B, dim=0).unsqueeze(0)
+    def col_dot(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        """Per-problem dot products of two ``Fb x n`` arrays (``T x n``)."""
+        if len(self.col_len) == 1:
+            return np.einsum("ij,ij->j", A, B)[None, :]
         return _segment_sum(A * B, self.col_len)
 
-    def to_rows(self, v: torch.Tensor) -> torch.Tensor:
+    def to_rows(self, v: np.ndarray) -> np.ndarray:
         return _expand(v, self.row_len)
 
-    def to_cols(self, v: torch.Tensor) -> torch.Tensor:
+    def to_cols(self, v: np.ndarray) -> np.ndarray:
         return _expand(v, self.col_len)
 
-    def mv(self, V: torch.Tensor) -> torch.Tensor:
+    def mv(self, V: np.ndarray) -> np.ndarray:
         self.stats.spmm += 1
         return self.X @ V
 
-    def tmv(self, U: torch.Tensor, squared: bool = False) -> torch.Tensor:
-        """``X^T @ U``, or ``(X * X)^T @ U`` (for diag(H)) with the squares made on the fly (memory)."""
+    def tmv(self, U: np.ndarray, squared: bool = False) -> np.ndarray:
+        """``X^T @ U``, or ``(X * X)^T @ U`` (for diag(H)), the squares kept once per block."""
         self.stats.spmm += 1
         if not squared:
-            return self.XT @ U
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-            XT_sq = torch.sparse_csr_tensor(
-                self.XT.crow_indices(), self.XT.col_indices(), self.XT.values().square(), self.XT.shape, check_invariants=False
-            )
-        return XT_sq @ U
+            return self.X.T @ U
+        if self._X_sq is None:
+            self._X_sq = sp.csr_matrix((np.square(self.X.data), self.X.indices, self.X.indptr), shape=self.X.shape)
+        return self._X_sq.T @ U
 
 
-def _torch_csr(M: sp.csr_matrix, data: np.ndarray) -> torch.Tensor:
-    # int32 indices: MKL's sparse kernels run ~2x faster than with int64 here
-    idx_dtype = np.int32 if M.nnz < 2**31 - 1 else np.int64
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(
-            torch.from_numpy(M.indptr.astype(idx_dtype, copy=False)),
-            torch.from_numpy(M.indices.astype(idx_dtype, copy=False)),
-            torch.from_numpy(np.ascontiguousarray(data, dtype=np.float32)),
-            size=M.shape,
-            check_invariants=False,
-        )
+def _f32_csr(M: sp.csr_matrix) -> sp.csr_matrix:
+    # int32 indices and float32 values: the narrowest types scipy's kernels take (half the traffic)
+    idx = np.int32 if M.nnz < 2**31 - 1 and max(M.shape) < 2**31 - 1 else np.int64
+    return sp.csr_matrix(
+        (np.asarray(M.data, dtype=np.float32), M.indices.astype(idx, copy=False), M.indptr.astype(idx, copy=False)),
+        shape=M.shape,
+    )
 
 
-def _segment_sum(A: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    if lengths.numel() == 1:
-        return A.sum(0, keepdim=True)
-    return torch.segment_reduce(A, "sum", lengths=lengths, axis=0, unsafe=True)
+def _segment_sum(A: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    if len(lengths) == 1:
+        return A.sum(0, keepdims=True)
+    starts = np.cumsum(lengths) - lengths
+    out = np.add.reduceat(A, np.minimum(starts, max(len(A) - 1, 0)), axis=0) if len(A) else np.zeros((len(lengths),) + A.shape[1:], A.dtype)
+    out[lengths == 0] = 0  # reduceat gives the next element for an empty segment
+    return out
 
 
-def _expand(v: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    if lengths.numel() == 1:
+def _expand(v: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    if len(lengths) == 1:
         return v  # broadcasts
-    return v.repeat_interleave(lengths, dim=0, output_size=int(lengths.sum()))
+    return np.repeat(v, lengths, axis=0)
 
 
 # ---------------------------------------------------------------------------------------------- loss
 @dataclass
 class _LossState:
-    value: torch.Tensor  # T x n, loss part of the objective
-    dz: torch.Tensor  # R x n, d loss / d z
-    curv: torch.Tensor  # R x n, d^2 loss / d z^2 (generalised for the squared hinge)
+    value: np.ndarray  # T x n, loss part of the objective
+    dz: np.ndarray  # R x n, d loss / d z
+    curv: np.ndarray  # R x n, d^2 loss / d z^2 (generalised for the squared hinge)
+
+    def take(self, keep: np.ndarray) -> "_LossState":
+        return _LossState(self.value[:, keep], self.dz[:, keep], self.curv[:, keep])
 
 
-def _loss_values(block: Block, Z: torch.Tensor, loss: str) -> torch.Tensor:
+def _softplus(v: np.ndarray) -> np.ndarray:
+    return np.logaddexp(np.float32(0.0), v)
+
+
+def _sigmoid(v: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * v))  # tanh form: no overflow
+
+
+def _hinge_margin(block: Block, Z: np.ndarray) -> np.ndarray:
+    m = block.Y * Z
+    np.subtract(np.float32(1.0), m, out=m)
+    return np.maximum(m, np.float32(0.0), out=m)
+
+
+def _loss_values(block: Block, Z: np.ndarray, loss: str) -> np.ndarray:
     if loss == "squared_hinge":
-        m = torch.clamp_min(1.0 - block.Y * Z, 0.0)
-        return block.row_sum(block.cost * m * m)
-    return block.row_sum(block.cost * F.softplus(-block.Y * Z))
+        m = _hinge_margin(block, Z)
+        m *= m
+        m *= block.cost
+        return block.row_sum(m)
+    return block.row_sum(block.cost * _softplus(-block.Y * Z))
 
 
-def _loss_state(block: Block, Z: torch.Tensor, loss: str) -> _LossState:
+def _loss_state(block: Block, Z: np.ndarray, loss: str) -> _LossState:
     if loss == "squared_hinge":
-        m = torch.clamp_min(1.0 - block.Y * Z, 0.0)
+        m = _hinge_margin(block, Z)
         cm = block.cost * m
-        return _LossState(
-            value=block.row_sum(cm * m),
-            dz=-2.0 * cm * block.Y,
-            curv=2.0 * block.cost * (m > 0),
-        )
+        curv = (m > 0).astype(np.float32)
+        curv *= block.cost
+        curv *= np.float32(2.0)
+        dz = cm * block.Y
+        dz *= np.float32(-2.0)
+        return _LossState(value=block.row_sum(cm * m), dz=dz, curv=curv)
     if loss == "logistic":
         yz = block.Y * Z
-        s = torch.sigmoid(-yz)
+        sg = _sigmoid(-yz)
         return _LossState(
-            value=block.row_sum(block.cost * F.softplus(-yz)),
-            dz=-block.cost * block.Y * s,
-            curv=block.cost * s * (1.0 - s),
+            value=block.row_sum(block.cost * _softplus(-yz)),
+            dz=-block.cost * block.Y * sg,
+            curv=block.cost * sg * (1.0 - sg),
         )
     raise RankerError(f"solver: loss must be 'squared_hinge' or 'logistic', got {loss!r}")
 
 
-# ---------------------------------------------------------------------------------------------- Newton
-def solve_block(block: Block, params: SolverParams) -> torch.Tensor:
+# ---------------------------------------------------------------------------------------------- solvers
+def solve_block(block: Block, params: SolverParams) -> np.ndarray:
     """Solve every problem of ``block``; return the weights ``Fb x n`` (float32).
 
-    Label slots whose problems have all stopped are dropped from the tensors (once at most
+    Squared hinge: PECOS's / LIBLINEAR's dual coordinate descent (``kernels.dual_cd_squared_hinge``;
+    ``eps`` bounds the projected-gradient spread, ``max_iter`` the passes). Logistic: the batched
+    primal Newton-CG below (``eps`` relative gradient norm, ``max_iter`` Newton iterations).
+    """
+    if params.loss == "squared_hinge":
+        return _solve_dual_cd(block, params)
+    if params.loss == "logistic":
+        return _solve_newton(block, params)
+    raise RankerError(f"solver: loss must be 'squared_hinge' or 'logistic', got {params.loss!r}")
+
+
+def _solve_dual_cd(block: Block, params: SolverParams) -> np.ndarray:
+    from xtransformer.ranker.kernels import dual_cd_squared_hinge
+
+    X, (R, n) = block.X, block.Y.shape
+    W = np.zeros((X.shape[1], n), dtype=np.float32)
+    passes = np.zeros((block.n_tasks, n), dtype=np.int64)
+    row_start = np.cumsum(block.row_len) - block.row_len
+    col_start = np.cumsum(block.col_len) - block.col_len
+    dual_cd_squared_hinge(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int32, copy=False), X.data,
+                          row_start, block.row_len, col_start, block.col_len, block.Y, block.cost,
+                          float(params.eps), int(params.max_iter), int(params.seed), W, passes)
+    is_problem = block.cost[row_start] > 0 if R else np.zeros((block.n_tasks, n), bool)
+    block.stats.problems += int(is_problem.sum())
+    block.stats.converged += int((is_problem & (passes < params.max_iter)).sum())
+    block.stats.cd_passes += int(passes.sum())
+    return W
+
+
+def _solve_newton(block: Block, params: SolverParams) -> np.ndarray:
+    """Solve every problem of ``block``; return the weights ``Fb x n`` (float32).
+
+    Label slots whose problems have all stopped are dropped from the arrays (once at most
     ``COMPACT_AT`` of them are still live), so the few slow problems do not drag the others'
     columns through every sparse product.
     """
     n = block.Y.shape[1]
-    W_out = torch.zeros(block.XT.shape[0], n)
-    cols = torch.arange(n)
-    W = W_out.clone()
-    Z = torch.zeros(block.Y.shape[0], n)
+    W_out = np.zeros((block.X.shape[1], n), dtype=np.float32)
+    cols = np.arange(n)
+    W = W_out.copy()
+    Z = np.zeros((block.Y.shape[0], n), dtype=np.float32)
     is_problem = block.row_sum(block.cost) > 0  # T x n: padding slots are no problem
     st = _loss_state(block, Z, params.loss)
     G = block.tmv(st.dz)  # gradient at w = 0 (the regulariser's gradient is 0 there)
-    gnorm0 = block.col_dot(G, G).sqrt_()
-    tol = params.eps * gnorm0
+    gnorm0 = np.sqrt(block.col_dot(G, G))
+    tol = np.float32(params.eps) * gnorm0
     active = is_problem & (gnorm0 > 0)
     block.stats.problems += int(is_problem.sum())
     block.stats.converged += int((is_problem & ~active).sum())
     fval = st.value
-    wTw = torch.zeros_like(fval)
+    wTw = np.zeros_like(fval)
     for _ in range(params.max_iter):
         live = active.any(0)
         n_live = int(live.sum())
@@ -231,11 +283,11 @@ def solve_block(block: Block, params: SolverParams) -> torch.Tensor:
             break
         if n_live <= COMPACT_AT * len(cols):
             W_out[:, cols] = W
-            keep = live.nonzero().squeeze(1)
+            keep = np.flatnonzero(live)
             cols = cols[keep]
             block = block.columns(keep, share_stats=True)
             W, Z, G = W[:, keep], Z[:, keep], G[:, keep]
-            st = _LossState(st.value[:, keep], st.dz[:, keep], st.curv[:, keep])
+            st = st.take(keep)
             fval, wTw, tol, active = fval[:, keep], wTw[:, keep], tol[:, keep], active[:, keep]
         block.stats.newton_iters += 1
         S = _pcg(block, G, st.curv, active, params.max_cg_iter)
@@ -243,86 +295,93 @@ def solve_block(block: Block, params: SolverParams) -> torch.Tensor:
         alpha, fnew = _line_search(block, Z, XS, S, W, G, fval, wTw, active, params.loss)
         moved = alpha > 0
         active &= moved  # a failed line search ends that problem, as in LIBLINEAR
-        W.addcmul_(block.to_cols(alpha), S)
-        Z.addcmul_(block.to_rows(alpha), XS)
-        fval = torch.where(moved, fnew, fval)
+        W += block.to_cols(alpha) * S
+        Z += block.to_rows(alpha) * XS
+        fval = np.where(moved, fnew, fval)
         wTw = block.col_dot(W, W)
         st = _loss_state(block, Z, params.loss)
-        G = block.tmv(st.dz).add_(W)
-        done = active & (block.col_dot(G, G).sqrt_() <= tol)
+        G = block.tmv(st.dz)
+        G += W
+        done = active & (np.sqrt(block.col_dot(G, G)) <= tol)
         block.stats.converged += int(done.sum())
         active &= ~done
     W_out[:, cols] = W
     return W_out
 
 
-def _pcg(block: Block, G: torch.Tensor, curv: torch.Tensor, active: torch.Tensor, max_cg_iter: int) -> torch.Tensor:
+def _pcg(block: Block, G: np.ndarray, curv: np.ndarray, active: np.ndarray, max_cg_iter: int) -> np.ndarray:
     """Approximately solve ``H s = -g`` per problem (LIBLINEAR's preconditioned CG).
 
-    In-place updates on preallocated tensors (allocating ``F x n`` tensors per step costs as much
+    In-place updates on preallocated arrays (allocating ``F x n`` arrays per step costs as much
     as the arithmetic). The quadratic model ``Q(s) = g.s + s.Hs / 2`` of the stopping rule is
     updated as ``Q -= alpha z.r / 2`` (exact for CG), which saves two passes per step.
     """
-    M = block.tmv(curv, squared=True).mul_(PRECOND_MIX).add_(1.0)  # (1 - a) + a diag(H)
-    S = torch.zeros_like(G)
-    Rr = torch.neg(G)
-    Zp = torch.div(Rr, M)
-    D = Zp.clone()
+    M = block.tmv(curv, squared=True)
+    M *= np.float32(PRECOND_MIX)
+    M += np.float32(1.0)  # (1 - a) + a diag(H)
+    S = np.zeros_like(G)
+    Rr = -G
+    Zp = Rr / M
+    D = Zp.copy()
     zTr = block.col_dot(Zp, Rr)
-    cgtol = torch.clamp(zTr.sqrt().sqrt(), max=EPS_CG)
-    Q = torch.zeros_like(zTr)
-    act = active.clone()
-    zero = torch.zeros_like(zTr)
+    cgtol = np.minimum(np.sqrt(np.sqrt(zTr)), np.float32(EPS_CG))
+    Q = np.zeros_like(zTr)
+    act = active.copy()
+    zero = np.zeros_like(zTr)
     for it in range(1, max_cg_iter + 1):
         block.stats.cg_iters += 1
-        HD = block.tmv(block.mv(D).mul_(curv)).add_(D)
+        XD = block.mv(D)
+        XD *= curv
+        HD = block.tmv(XD)
+        HD += D
         dHd = block.col_dot(D, HD)
         act &= dHd > 1e-16
-        a = torch.where(act, zTr / dHd.clamp_min(1e-16), zero)
+        a = np.where(act, zTr / np.maximum(dHd, np.float32(1e-16)), zero)
         a_cols = block.to_cols(a)
-        S.addcmul_(a_cols, D)
-        Rr.addcmul_(a_cols, HD, value=-1.0)
-        newQ = Q - 0.5 * a * zTr
+        S += a_cols * D
+        Rr -= a_cols * HD
+        newQ = Q - np.float32(0.5) * a * zTr
         act &= it * (newQ - Q) < cgtol * newQ
         Q = newQ
-        if not bool(act.any()):
+        if not act.any():
             break
-        torch.div(Rr, M, out=Zp)
+        np.divide(Rr, M, out=Zp)
         znew = block.col_dot(Zp, Rr)
-        beta = torch.where(act, znew / zTr.clamp_min(1e-30), zero)
-        D.mul_(block.to_cols(beta)).add_(Zp)
+        beta = np.where(act, znew / np.maximum(zTr, np.float32(1e-30)), zero)
+        D *= block.to_cols(beta)
+        D += Zp
         zTr = znew
     return S
 
 
 def _line_search(
     block: Block,
-    Z: torch.Tensor,
-    XS: torch.Tensor,
-    S: torch.Tensor,
-    W: torch.Tensor,
-    G: torch.Tensor,
-    fval: torch.Tensor,
-    wTw: torch.Tensor,
-    active: torch.Tensor,
+    Z: np.ndarray,
+    XS: np.ndarray,
+    S: np.ndarray,
+    W: np.ndarray,
+    G: np.ndarray,
+    fval: np.ndarray,
+    wTw: np.ndarray,
+    active: np.ndarray,
     loss: str,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-problem Armijo backtracking from step 1; step 0 where it fails or the problem is inactive."""
     gTs = block.col_dot(G, S)
     wTs = block.col_dot(W, S)
     sTs = block.col_dot(S, S)
-    alpha = torch.ones_like(fval)
-    accepted = torch.zeros_like(active)
-    fnew = fval.clone()
+    alpha = np.ones_like(fval)
+    accepted = np.zeros_like(active)
+    fnew = fval.copy()
     todo = active & (gTs < 0)
     for _ in range(MAX_LINE_SEARCH):
-        f_try = 0.5 * (wTw + 2.0 * alpha * wTs + alpha * alpha * sTs) + _loss_values(
+        f_try = np.float32(0.5) * (wTw + 2.0 * alpha * wTs + alpha * alpha * sTs) + _loss_values(
             block, Z + block.to_rows(alpha) * XS, loss
         )
         ok = todo & ~accepted & (f_try - fval <= ARMIJO_ETA * alpha * gTs)
-        fnew = torch.where(ok, f_try, fnew)
+        fnew = np.where(ok, f_try, fnew)
         accepted |= ok
-        if bool((accepted | ~todo).all()):
+        if (accepted | ~todo).all():
             break
-        alpha = torch.where(accepted, alpha, 0.5 * alpha)
-    return torch.where(accepted, alpha, torch.zeros_like(alpha)), fnew
+        alpha = np.where(accepted, alpha, np.float32(0.5) * alpha)
+    return np.where(accepted, alpha, np.zeros_like(alpha)), fnew
