@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from xtransformer.errors import UserError
 from xtransformer.utils.io import atomic_dir, is_complete, settings_key
 
 # Offline by construction: no code path of this module may reach a model hub.
@@ -51,8 +52,9 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
                 "pytorch_model.bin.index.json")
 
 
-class ModelNotFoundError(ValueError):
-    """A model name or path that cannot be resolved to a local model folder."""
+class ModelNotFoundError(UserError):
+    """A model name or path that cannot be resolved to a local model folder (a ValueError too): the
+    user fixes it, so the entry point prints its instructions as one line, not a traceback."""
 
 
 def default_cache_dir() -> Path:
