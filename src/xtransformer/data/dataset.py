@@ -279,6 +279,8 @@ def _load_text(folder: Path, cfg: DataConfig):
             if not p.is_file():
                 raise DataError(f"split {s!r} is incomplete: missing {p.name}", p)
         texts[s] = read_texts(tpath, allow_empty=cfg.allow_empty_docs)
+        if not texts[s]:  # else the first complaint would be about dev_fraction or the vocabulary
+            raise DataError("no documents: the file is empty", tpath)
         labels[s] = read_label_lines(lpath, allow_empty=cfg.allow_empty_labels)
         if len(texts[s]) != len(labels[s]):
             raise DataError(
