@@ -174,6 +174,12 @@ class Ctx:
 
 
 # ------------------------------------------------------------------------------------------ the rows
+# A cache or kill row is a setup that runs the job once and then damages what it left, e.g.
+#   def corrupt_ranker(ctx):                      # a first run fills ctx.cache
+#       assert ctx.run().code == 0
+#       ...flip bytes of an artifact under ctx.cache / "stages" / "ranker"...
+#   Case("ranker artifact corrupted", code=0, setup=corrupt_ranker, message=r"WARNING\].*ranker.*rebuilt",
+#        check=<same metrics as the first run>)
 @dataclass(frozen=True)
 class Case:
     id: str
