@@ -33,3 +33,25 @@ def test_every_command_has_a_real_help(command, words):
 
 def test_configs_found_from_the_package_or_checkout():
     assert (Path(config_dir()) / "train.yaml").is_file()
+
+
+def test_train_help_lists_groups_and_every_top_level_setting():
+    """``--help`` (configs/hydra/help/xmc.yaml) has one line per top-level setting: a setting added
+    to train.yaml without a help line fails here."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import xtransformer  # noqa: F401  (resolvers)
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose(config_name="train")
+    settings = [k for k, v in cfg.items() if not OmegaConf.is_config(v)]
+    res = _run(str(Path(__file__).resolve().parents[1] / "train.py"), "seed=7", "--help")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    for group in ("data", "indexing", "matcher", "method", "ranker", "trainer", "logger"):
+        assert any(line.startswith(f"{group}: ") for line in lines), group
+    assert "matcher: " in res.stdout and "tiny_bert" in res.stdout
+    for key in settings:
+        assert sum(line.split(" ")[0] == key for line in lines) == 1, f"no help line for top-level setting {key!r}"
+    assert any(line.startswith("seed ") and line.endswith("[7]") for line in lines)

@@ -218,3 +218,67 @@ def test_error_bad_xc_line(tmp_path):
     (tmp_path / "xc" / "train.txt").write_text("2 5 3\n0,1 0:1.0 3:0.5\n2 1:0.3 9:1\n")
     with pytest.raises(DataError, match=r"train.txt:3: feature index 9 outside"):
         load_dataset(str(tmp_path / "xc"), cache_dir=tmp_path / "c")
+
+
+def _rewrite(folder: Path, name: str, fn) -> None:
+    path = folder / name
+    path.write_bytes(fn(path.read_bytes()))
+
+
+@pytest.mark.parametrize("how", ["bom", "crlf", "cr"])
+def test_bom_and_every_line_end_read_alike(toy, tmp_path, how):
+    """A UTF-8 BOM is no label (it made a phantom "\\ufeffwheat"); CRLF and CR-only files align."""
+    ref = load_dataset(str(toy), cache_dir=tmp_path / "c")
+    change = {"bom": lambda b: b"\xef\xbb\xbf" + b, "crlf": lambda b: b.replace(b"\n", b"\r\n"),
+              "cr": lambda b: b.replace(b"\n", b"\r")}[how]
+    for name in ("train_texts.txt", "train_labels.txt", "label_map.txt", "label_text.txt"):
+        _rewrite(toy, name, change)
+    ds = load_dataset(str(toy), cache_dir=tmp_path / "c")
+    assert ds.vocab == ref.vocab and ds.splits["train"].texts == ref.splits["train"].texts
+    assert (ds.splits["train"].Y != ref.splits["train"].Y).nnz == 0 and ds.label_text == ref.label_text
+
+
+def test_bom_does_not_make_a_phantom_label_without_label_map(tmp_path):
+    folder = write_text_dataset(tmp_path / "d", {"train": (["a b"] * 10, ["x y"] * 10)})
+    _rewrite(folder, "train_labels.txt", lambda b: b"\xef\xbb\xbf" + b)
+    assert load_dataset(str(folder), cache_dir=tmp_path / "c").vocab.ids == ["x", "y"]
+
+
+@pytest.mark.parametrize("name, line", [("train_labels.txt", 3), ("label_map.txt", 2)])
+def test_error_comma_in_label_id(toy, tmp_path, name, line):
+    """Comma-separated labels (the XC convention) would be one compound label: rejected, line named."""
+    lines = (toy / name).read_text().splitlines()
+    lines[line - 1] = "grain,wheat"
+    (toy / name).write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=rf"{name}:{line}: label id 'grain,wheat' contains a comma.*'grain wheat'"):
+        load_dataset(str(toy), cache_dir=tmp_path / "c")
+
+
+@pytest.mark.parametrize("value", [-5, 0, 2.5, "abc", True])
+def test_error_max_docs_not_positive(toy, tmp_path, value):
+    with pytest.raises(DataError, match=r"data.max_docs must be null .* or an int >= 1"):
+        load_dataset(str(toy), cache_dir=tmp_path / "c", max_docs=value)
+
+
+def test_error_custom_data_without_path(tmp_path):
+    with pytest.raises(DataError, match=r"^data.path is not set: data=custom needs data.path="):
+        load_dataset({"name": "custom", "path": "???"}, cache_dir=tmp_path / "c")
+
+
+def test_unseen_eval_labels_counted(tmp_path):
+    folder = write_text_dataset(
+        tmp_path / "d",
+        {"train": (["a"] * 10, ["x"] * 10), "test": (["a", "b", "c", "d"], ["x", "y z", "x y", "x"])},
+        label_map=["x", "y", "z", "w"])
+    ds = load_dataset(str(folder), cache_dir=tmp_path / "c")
+    assert ds.unseen_labels() == {"split": "test", "labels": 2, "positives": 3, "docs": 2,
+                                  "docs_only_unseen": 1, "n_docs": 4}
+    assert ds.summary()["splits"]["test"]["labels_not_in_train"] == 2
+
+
+def test_error_feature_only_data_for_a_text_method(tmp_path):
+    (tmp_path / "xc").mkdir()
+    (tmp_path / "xc" / "train.txt").write_text("".join(["20 5 2\n", *["0 0:1.0\n", "1 1:1.0\n"] * 10]))
+    ds = load_dataset(str(tmp_path / "xc"), cache_dir=tmp_path / "c")
+    with pytest.raises(DataError, match=r"method=xtransformer needs the documents' texts.*use method=xrlinear"):
+        ds.require_texts("method=xtransformer")

@@ -184,3 +184,32 @@ def test_embed_bf16_close_to_fp32() -> None:
 def test_autocast_context_validates() -> None:
     with pytest.raises(ValueError, match="precision"):
         autocast_context("fp8", torch.device("cpu"))
+
+
+_TRAIN_TOKENIZERS = """
+import hashlib, sys
+from xtransformer.encoders import TINY_FAMILIES, TinySpec, _train_tiny_tokenizer
+texts = open(sys.argv[1], encoding="utf-8").read().split("\\n")
+for family in TINY_FAMILIES:
+    tok = _train_tiny_tokenizer(TinySpec(family=family), texts)
+    print(family, hashlib.sha256(tok.backend_tokenizer.to_str().encode()).hexdigest())
+"""
+
+
+def test_tiny_tokenizers_identical_in_every_process(tmp_path: Path) -> None:
+    """The `tokenizers` trainers walk hash maps seeded afresh in each process: WordPiece numbered its
+    "##x" tokens and Unigram scored re-added characters in that order, so every fresh cache got
+    another tiny model. Two processes, one corpus (real text: 300 Reuters stories): one tokenizer."""
+    import subprocess
+    import sys
+
+    from xtransformer.data import load_dataset
+
+    texts = load_dataset("reuters21578", cache_dir=tmp_path / "data", max_docs=300).splits["train"].texts
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(t[:512] for t in texts), encoding="utf-8")
+    runs = [subprocess.run([sys.executable, "-c", _TRAIN_TOKENIZERS, str(corpus)], capture_output=True, text=True,
+                           timeout=120) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
+    digests = [[line for line in r.stdout.splitlines() if line.split(" ")[0] in FAMILIES] for r in runs]
+    assert len(digests[0]) == len(FAMILIES) and digests[0] == digests[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -152,7 +153,6 @@ def test_zero_rows_still_get_a_leaf(planted) -> None:
     "kwargs, match",
     [
         ({"n_clusters": 1}, "n_clusters"),
-        ({"n_clusters": 5000}, "exceeds the number of labels"),
         ({"n_clusters": 4, "max_leaf_size": 10}, "at most one"),
         ({"max_leaf_size": 0}, "max_leaf_size"),
         ({"max_leaf_size": 1}, "needs 2048 clusters"),
@@ -182,3 +182,12 @@ def test_argument_errors(planted, kwargs: dict, match: str) -> None:
 def test_feature_errors(features, match: str) -> None:
     with pytest.raises(IndexingError, match=match):
         hierarchical_kmeans(features, n_clusters=2)
+
+
+def test_n_clusters_above_the_labels_is_clamped_with_a_warning(caplog) -> None:
+    """The default run's K = 16 on a data set of 10 labels: one label a cluster, and a warning."""
+    X, _ = planted_label_features(n_labels=10, n_features=50, n_groups=2, nnz_per_row=5, seed=0)
+    with caplog.at_level(logging.WARNING):
+        chain = hierarchical_kmeans(X, n_clusters=16, seed=0)
+    assert_valid_tree(chain, 10, 10)
+    assert "n_clusters=16 is more than the 10 labels" in caplog.text

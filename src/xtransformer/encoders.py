@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from xtransformer.errors import UserError
 from xtransformer.utils.io import atomic_dir, is_complete, settings_key
 
 # Offline by construction: no code path of this module may reach a model hub.
@@ -51,8 +52,9 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
                 "pytorch_model.bin.index.json")
 
 
-class ModelNotFoundError(ValueError):
-    """A model name or path that cannot be resolved to a local model folder."""
+class ModelNotFoundError(UserError):
+    """A model name or path that cannot be resolved to a local model folder (a ValueError too): the
+    user fixes it, so the entry point prints its instructions as one line, not a traceback."""
 
 
 def default_cache_dir() -> Path:
@@ -321,7 +323,8 @@ def build_tiny_model(spec: TinySpec, out_dir: str | os.PathLike, corpus: Sequenc
 
 def _tiny_cached(spec: TinySpec, cache: Path, corpus: Sequence[str] | None) -> Path:
     texts = list(corpus) if corpus else list(_DEFAULT_CORPUS)
-    key = settings_key(asdict(spec), texts_fingerprint(texts))
+    # "canonical": models built before the tokenizers were made deterministic are not reused
+    key = settings_key(asdict(spec), texts_fingerprint(texts), "canonical")
     return build_tiny_model(spec, cache / "models" / f"tiny-{spec.family}-{key}", texts)
 
 
@@ -331,11 +334,12 @@ def _train_tiny_tokenizer(spec: TinySpec, texts: Sequence[str]) -> Any:
 
     if spec.family == "bert":
         specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tok.normalizer = normalizers.BertNormalizer(lowercase=False)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.decoder = decoders.WordPiece()
-        tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=spec.vocab_size, special_tokens=specials))
+        trained = _bert_tokenizer(Tokenizer(models.WordPiece(unk_token="[UNK]")))
+        trained.train_from_iterator(texts, trainers.WordPieceTrainer(
+            vocab_size=spec.vocab_size, special_tokens=[*specials, *_continuing_alphabet(texts)]))
+        # a fresh tokenizer on the trained vocabulary: the "##x" tokens must not stay special
+        tok = _bert_tokenizer(Tokenizer(models.WordPiece(_model_state(trained.model)["vocab"], unk_token="[UNK]")))
+        tok.add_special_tokens(specials)
         cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
         tok.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
@@ -364,6 +368,7 @@ def _train_tiny_tokenizer(spec: TinySpec, texts: Sequence[str]) -> Any:
     tok.decoder = decoders.Metaspace()
     tok.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=spec.vocab_size, special_tokens=specials,
                                                            unk_token="<unk>"))
+    tok.model = _canonical_unigram(tok.model, specials)
     sep, cls = tok.token_to_id("<sep>"), tok.token_to_id("<cls>")
     tok.post_processor = processors.TemplateProcessing(
         single="$A:0 <sep>:0 <cls>:2", pair="$A:0 <sep>:0 $B:1 <sep>:1 <cls>:2",
@@ -373,6 +378,50 @@ def _train_tiny_tokenizer(spec: TinySpec, texts: Sequence[str]) -> Any:
     # Like XLNet's own tokenizer: segment ids are returned (0 for text and <sep>, 2 for <cls>).
     return PreTrainedTokenizerFast(tokenizer_object=tok, padding_side="left",
                                    model_input_names=["input_ids", "token_type_ids", "attention_mask"], **names)
+
+
+def _bert_tokenizer(tok: Any) -> Any:
+    from tokenizers import decoders, normalizers, pre_tokenizers
+
+    tok.normalizer = normalizers.BertNormalizer(lowercase=False)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    return tok
+
+
+# The `tokenizers` trainers walk hash maps whose order is seeded afresh in every process, so the
+# same corpus gave other tiny models (the random embedding rows follow the token ids) and other
+# predictions in every fresh cache:
+# - WordPiece numbers the "##x" tokens (x a character that continues a word) in that order, and
+#   ties between merges go to the lower ids, so even the vocabulary differed. Given up front as
+#   special tokens, they get fixed ids, and the merges follow deterministically.
+# - Unigram sums its scores in that order (they differ in the 11th digit): they are rounded; and
+#   it scores the characters it adds back by their place in that order.
+# (The byte-level BPE trainer of tiny:roberta numbers its alphabet by code point: deterministic.)
+def _continuing_alphabet(texts: Sequence[str]) -> list[str]:
+    return ["##" + c for c in sorted(set().union(*map(set, texts))) if not c.isspace()]
+
+
+def _canonical_unigram(model: Any, specials: Sequence[str]) -> Any:
+    from tokenizers import models
+
+    state = _model_state(model)  # the trained pieces and scores
+    # 4 decimals: far finer than segmentation needs, far coarser than the trainer's noise (~1e-11),
+    # so two runs round alike except with odds of about 1e-3.
+    pieces = [(p, round(score, 4)) for p, score in state["vocab"] if p not in specials]
+    # The characters it had to add back get min score + k * 1e-4, k in hash order: all single
+    # characters in that band get its lowest score.
+    low = min(score for _, score in pieces)
+    band = low + 1e-4 * sum(len(p) == 1 for p, _ in pieces)
+    pieces = [(p, low if len(p) == 1 and score <= band else score) for p, score in pieces]
+    pieces.sort(key=lambda ps: (-ps[1], ps[0]))
+    return models.Unigram([*((t, 0.0) for t in specials), *pieces], unk_id=list(specials).index("<unk>"),
+                          byte_fallback=state.get("byte_fallback", False))
+
+
+def _model_state(model: Any) -> dict[str, Any]:
+    """A trained ``tokenizers`` model as its JSON form (the Python classes expose no vocab getter)."""
+    return json.loads(model.__getstate__())
 
 
 def _tiny_model_from_config(spec: TinySpec, tokenizer: Any) -> nn.Module:

@@ -1,6 +1,13 @@
 """Data layer: XMC dataset formats, label vocabulary, TF-IDF features."""
 
-from xtransformer.data.dataset import DataConfig, Split, XMCDataset, load_dataset, resolve_dataset_dir
+from xtransformer.data.dataset import (
+    DataConfig,
+    Split,
+    XMCDataset,
+    load_dataset,
+    resolve_dataset_dir,
+    warn_unseen_labels,
+)
 from xtransformer.data.errors import DataError
 from xtransformer.data.readers import read_xc_sparse, write_xc_sparse
 from xtransformer.data.tfidf import TfidfConfig, load_vectorizer, tfidf_features
@@ -18,5 +25,6 @@ __all__ = [
     "read_xc_sparse",
     "resolve_dataset_dir",
     "tfidf_features",
+    "warn_unseen_labels",
     "write_xc_sparse",
 ]

@@ -55,6 +55,16 @@ class DataConfig:
     allow_empty_docs: bool = False
     allow_empty_labels: bool = False
 
+    def __post_init__(self) -> None:
+        # Checked before any file is read. A negative max_docs would slice from the end
+        # (items[:-5]) and silently drop documents; zero leaves nothing to train on.
+        m = self.max_docs
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise DataError(f"data.max_docs must be null (all documents) or an int >= 1, got {m!r}")
+        if self.path == "???":  # data=custom's mandatory value, left unset
+            raise DataError("data.path is not set: data=custom needs data.path=/path/to/your/folder "
+                            "(the layout is in configs/data/custom.yaml)")
+
 
 @dataclass
 class Split:
@@ -89,6 +99,34 @@ class XMCDataset:
     def has_texts(self) -> bool:
         return all(s.texts is not None for s in self.splits.values())
 
+    def require_texts(self, why: str) -> None:
+        """Fail with one line when a method that reads documents gets feature-only data."""
+        if not self.has_texts:
+            raise DataError(f"{why} needs the documents' texts, but this dataset has features only "
+                            "(XC sparse or npz files, no *_texts.txt): use method=xrlinear", self.root)
+
+    def unseen_labels(self, split: str | None = None) -> dict[str, Any]:
+        """Labels of ``split`` (default: the eval split) that no training document has.
+
+        No method can learn them, so they hold P@k / R@k below 100 whatever is trained: a test
+        set made of them alone scores P@1 = 0. ``docs_only_unseen`` counts documents none of
+        whose labels can be predicted.
+        """
+        split = split or self.eval_split
+        Y = self.splits[split].Y
+        in_train = np.asarray(self.splits["train"].Y.sum(axis=0)).ravel() > 0
+        unseen = ~in_train[Y.indices]
+        sizes = np.diff(Y.indptr)
+        per_doc = np.bincount(np.repeat(np.arange(Y.shape[0]), sizes), weights=unseen, minlength=Y.shape[0])
+        return {
+            "split": split,
+            "labels": int(len(np.unique(Y.indices[unseen]))),
+            "positives": int(unseen.sum()),
+            "docs": int((per_doc > 0).sum()),
+            "docs_only_unseen": int(((per_doc > 0) & (per_doc == sizes)).sum()),
+            "n_docs": int(Y.shape[0]),
+        }
+
     def summary(self) -> dict[str, Any]:
         train_counts = np.asarray(self.splits["train"].Y.sum(axis=0)).ravel()
         out: dict[str, Any] = {
@@ -104,7 +142,7 @@ class XMCDataset:
         }
         for name, s in self.splits.items():
             counts = np.asarray(s.Y.sum(axis=0)).ravel()
-            only_here = int(((counts > 0) & (train_counts == 0)).sum()) if name != "train" else 0
+            only_here = self.unseen_labels(name)["labels"] if name != "train" else 0
             out["splits"][name] = {
                 "docs": len(s),
                 "labels_per_doc": round(float(s.Y.nnz / max(len(s), 1)), 3),
@@ -113,6 +151,17 @@ class XMCDataset:
                 "docs_without_labels": int((np.diff(s.Y.indptr) == 0).sum()),
             }
         return out
+
+
+def warn_unseen_labels(ds: XMCDataset) -> dict[str, Any]:
+    """:meth:`XMCDataset.unseen_labels` of the eval split, with a warning when there are any (for
+    ``metrics.json``): otherwise a test set of new labels just looks like a model that failed."""
+    found = ds.unseen_labels()
+    if found["labels"]:
+        log.warning("%d labels of the %s split (%d of its %d documents; %d have no other label) occur in no "
+                    "training document: no method can predict them, so P@k and R@k stay below 100",
+                    found["labels"], found["split"], found["docs"], found["n_docs"], found["docs_only_unseen"])
+    return found
 
 
 def resolve_dataset_dir(cfg: DataConfig, cache_dir: str | Path | None = None) -> Path:
@@ -230,6 +279,8 @@ def _load_text(folder: Path, cfg: DataConfig):
             if not p.is_file():
                 raise DataError(f"split {s!r} is incomplete: missing {p.name}", p)
         texts[s] = read_texts(tpath, allow_empty=cfg.allow_empty_docs)
+        if not texts[s]:  # else the first complaint would be about dev_fraction or the vocabulary
+            raise DataError("no documents: the file is empty", tpath)
         labels[s] = read_label_lines(lpath, allow_empty=cfg.allow_empty_labels)
         if len(texts[s]) != len(labels[s]):
             raise DataError(

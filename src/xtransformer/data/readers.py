@@ -24,10 +24,14 @@ from xtransformer.utils.io import atomic_path
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
-    """Read a UTF-8 file as lines split on ``\\n`` only.
+    """Read a UTF-8 file as lines; LF, CRLF and CR-only (old Mac) line ends are all accepted.
 
+    A file's line end is ``\\n`` (a ``\\r`` before it is dropped) unless the file has no ``\\n`` at
+    all, in which case it is ``\\r``: a lone ``\\r`` inside a document of an LF file stays text.
     ``str.splitlines`` would also split on form feeds and Unicode separators that occur inside
-    documents and silently misalign texts with labels, so it is not used.
+    documents and silently misalign texts with labels, so it is not used. A UTF-8 byte order mark
+    (written by Windows editors) is dropped: it would otherwise become part of the first label id
+    or word.
     """
     path = Path(path)
     if not path.is_file():
@@ -36,13 +40,15 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
+        line = raw.count(b"\n" if b"\n" in raw else b"\r", 0, err.start) + 1
         raise DataError(
             f"undecodable bytes {raw[err.start:err.end]!r} (not UTF-8): {err.reason}", path, line
         ) from None
+    text = text.removeprefix("\ufeff")
     if not text:
         return []
-    lines = text.split("\n")
+    end = "\n" if "\n" in text else "\r"
+    lines = text.split(end)
     if lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
@@ -57,17 +63,31 @@ def read_texts(path: str | os.PathLike, allow_empty: bool = False) -> list[str]:
     return texts
 
 
+def check_label_id(label: str, path: str | os.PathLike, line: int) -> None:
+    """Label ids are separated by white space only. A comma in an id almost always means a file
+    written for the comma-separated XC convention: read as one id, ``a,b`` would silently become
+    one compound label, so it is rejected with the line named."""
+    if "," in label:
+        raise DataError(
+            f"label id {label!r} contains a comma: label ids are separated by spaces "
+            f"(write {' '.join(p for p in label.split(',') if p)!r}); ids may not contain commas",
+            path,
+            line,
+        )
+
+
 def read_label_lines(path: str | os.PathLike, allow_empty: bool = False) -> list[list[str]]:
     rows = [line.split() for line in read_lines(path)]
-    if not allow_empty:
-        for i, row in enumerate(rows):
-            if not row:
-                raise DataError(
-                    "empty label line (every document needs at least one label; "
-                    "set data.allow_empty_labels=true to keep unlabeled documents)",
-                    path,
-                    i + 1,
-                )
+    for i, row in enumerate(rows):
+        if not row and not allow_empty:
+            raise DataError(
+                "empty label line (every document needs at least one label; "
+                "set data.allow_empty_labels=true to keep unlabeled documents)",
+                path,
+                i + 1,
+            )
+        for label in row:
+            check_label_id(label, path, i + 1)
     return rows
 
 
@@ -77,6 +97,7 @@ def read_label_map(path: str | os.PathLike) -> LabelVocab:
         label = line.strip()
         if not label or len(label.split()) != 1:
             raise DataError(f"expected one label id per line, got {line!r}", path, i + 1)
+        check_label_id(label, path, i + 1)
         ids.append(label)
     try:
         return LabelVocab(ids)

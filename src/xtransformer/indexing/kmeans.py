@@ -26,6 +26,7 @@ cluster with ``B = 2`` and call :meth:`ClusterChain.subsample`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -77,9 +78,22 @@ def resolve_n_clusters(n_labels: int, n_clusters: int | None, max_leaf_size: int
     k = default_n_clusters(n_labels) if n_clusters is None else n_clusters
     if not _is_int(k) or k < 2:
         raise IndexingError(f"`n_clusters` must be an int >= 2, got {k!r}")
+    if k > n_labels >= 2:
+        # A setting tuned for one data set (the default run's 16) meets a smaller one: one label a
+        # cluster is what that K asks for at most, so the run goes on instead of failing.
+        _warn_clamped(int(k), n_labels)
+        return n_labels
     if k > n_labels:
         raise IndexingError(f"`n_clusters`={k} exceeds the number of labels ({n_labels})")
     return int(k)
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_clamped(k: int, n_labels: int) -> None:
+    """Once per process: the run checks K up front and again in each stage that builds a tree."""
+    log.warning("n_clusters=%d is more than the %d labels: using %d clusters of one label each "
+                "(set indexing.n_clusters, or xrlinear.indexing.n_clusters, to at most %d to silence this)",
+                k, n_labels, n_labels, n_labels)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from xtransformer.cache import StageCache
-from xtransformer.data import load_dataset
+from xtransformer.data import load_dataset, warn_unseen_labels
 from xtransformer.ensemble import ensemble_predictions
 from xtransformer.indexing import check_copies_fit
 from xtransformer.metrics import evaluate, format_metrics_table, propensity
@@ -70,6 +70,9 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
     t = time.perf_counter()
     ds = load_dataset(s.data, cache_dir=cache.base)
     log.info("dataset %s: %s", ds.name, {name: len(v) for name, v in ds.splits.items()})
+    if neural:
+        ds.require_texts(f"method={method}")
+    unseen = warn_unseen_labels(ds)
     index_cfgs = {"xrlinear.indexing": s.xrlinear.indexing, **({"indexing": s.indexing} if neural else {})}
     for where, icfg in index_cfgs.items():  # λ against K, known once the label count is
         check_copies_fit(icfg, ds.n_labels, where)
@@ -160,6 +163,7 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
         "stages": {"ran": cache.ran(), "reused": cache.reused(), "corrupt_rebuilt": cache.corrupt(),
                    "keys": keys.as_dict(), "cache": s.cache},
         "dataset_summary": ds.summary(),
+        "unseen_eval_labels": unseen,  # eval labels no training document has: they cap P@k and R@k
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_run_outputs(out_dir, ds, predictions, main, eval_split, metrics)
