@@ -55,3 +55,14 @@ def test_train_help_lists_groups_and_every_top_level_setting():
     for key in settings:
         assert sum(line.split(" ")[0] == key for line in lines) == 1, f"no help line for top-level setting {key!r}"
     assert any(line.startswith("seed ") and line.endswith("[7]") for line in lines)
+
+
+@pytest.mark.parametrize("raw", [b"\xef\xbb\xbfoil up\ngrain down\n", b"oil up\r\ngrain down\r\n",
+                                 b"oil up\rgrain down\r", b"oil up\ngrain down"])
+def test_predict_input_line_ends_and_bom(tmp_path, raw):
+    """xmc-predict reads its texts as training reads them: any line end, no BOM."""
+    from xtransformer.cli import read_lines
+
+    path = tmp_path / "texts.txt"
+    path.write_bytes(raw)
+    assert list(read_lines(path)) == [(1, "oil up"), (2, "grain down")]

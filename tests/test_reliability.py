@@ -1,14 +1,14 @@
-"""Reliability table (issue 15): bad settings and bad data files, each run through the real entry
-point, asserting the exit code, that the LAST line of stderr is the one-line message naming the
-fault (the key, or the file and line), that no Python traceback was printed, and that a failure
-came before any stage wrote to the cache. Rows that must succeed (a trap that is now handled, such
-as a UTF-8 BOM) assert their outcome instead.
+"""Reliability table (issue 15): bad settings, bad data files, a damaged cache and runs killed in
+each stage, each run through the real entry point, asserting the exit code, that the LAST line of
+stderr is the one-line message naming the fault (the key, or the file and line), that no Python
+traceback was printed, and that a failure came before any stage wrote to the cache. Rows that must
+succeed (a trap that is now handled, such as a UTF-8 BOM; a corrupt artifact that is rebuilt; a
+rerun after a kill) assert their outcome instead: the warning, and the same metrics as a clean run.
 
 A row is data: its overrides, an optional ``setup`` that changes this row's private copy of the
 small data set or its cache before the run (``ctx.run`` runs an earlier job first, for cache and
-kill rows), the expected code and message, and an optional ``check`` of a finished run. Rows the
-up-front settings validation (issue 15, item 1) has still to fix are ``xfail(strict=True)``: they
-turn into failures, to be flipped, as soon as they pass.
+kill rows; kills use ``XMC_KILL_IN_STAGE``, a SIGKILL before the stage's folder is committed), the
+expected code and message, and an optional ``check`` of a finished run.
 
 Speed: every row runs in a child forked from a forkserver that imported Hydra, Lightning and the
 pipeline once (~0.5 s a row instead of ~10 s of imports); the rows marked ``subprocess`` run
@@ -33,7 +33,6 @@ import pytest
 pytestmark = pytest.mark.slow  # every row starts Hydra (and most Lightning) in a child process
 
 ROOT = Path(__file__).resolve().parents[1]
-MAIN = "settings validation: main"  # xfail reason of the rows the up-front validation will fix
 TIMEOUT_S = 300
 ENV = {"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
        "TOKENIZERS_PARALLELISM": "false"}
@@ -305,11 +304,10 @@ SETTINGS = [
     setting("indexing.n_clusters=abc", "indexing.n_clusters=abc", message=names("n_clusters", "abc")),
     setting("n_clusters with max_leaf_size", "indexing.max_leaf_size=4",
             message=r"^error: .*at most one of .*n_clusters.* and .*max_leaf_size"),
-    setting("unknown key in a group", "ranker.no_such_key=1", message=names("ranker.no_such_key"), xfail=MAIN),
-    setting("unknown top-level key", "no_such_key=1", message=names("no_such_key"), xfail=MAIN),
-    setting("unknown matcher option", "matcher=no_such_matcher", message=r"^error: .*matcher.*no_such_matcher",
-            xfail=MAIN),
-    setting("method=foo", "method=foo", message=r"^error: .*method.*foo", xfail=MAIN),
+    setting("unknown key in a group", "ranker.no_such_key=1", message=names("ranker.no_such_key")),
+    setting("unknown top-level key", "no_such_key=1", message=names("no_such_key")),
+    setting("unknown matcher option", "matcher=no_such_matcher", message=r"^error: .*matcher.*no_such_matcher"),
+    setting("method=foo", "method=foo", message=r"^error: .*method.*foo"),
     setting("combine_with_xrlinear=median", "combine_with_xrlinear=median",
             message=names("combine_with_xrlinear", "median")),
     # (XR-Linear alone where the setting is not the neural methods': these rows run to the end today)
@@ -322,16 +320,16 @@ SETTINGS = [
     setting("ranker.Cp=-1", "ranker.Cp=-1", message=names("ranker.Cp", "-1")),
     setting("xrlinear.model.beam_size=0", "method=xrlinear", "xrlinear.model.beam_size=0",
             message=names("xrlinear.model.beam_size", "0")),
-    setting("tfidf.max_features=0", "tfidf.max_features=0", message=names("tfidf.max_features", "0"), xfail=MAIN),
+    setting("tfidf.max_features=0", "tfidf.max_features=0", message=names("tfidf.max_features", "0")),
     setting("missing encoder folder", "matcher.model_name_or_path=/no/such/model",
             message=r"^error: .*/no/such/model"),
     setting("W&B last after a late error", "method=xrlinear", "logger=wandb", "xrlinear.model.negatives=foo",
             env={"WANDB_MODE": "offline"}, message=names("xrlinear.model.negatives", "foo")),
-    setting("data.max_docs=-5", "data.max_docs=-5", message=r"^error: data\.max_docs must be .*got -5$"),
-    setting("data.max_docs=0", "data.max_docs=0", message=r"^error: data\.max_docs must be .*got 0$"),
-    setting("data.max_docs=abc", "data.max_docs=abc", message=r"^error: data\.max_docs must be .*got 'abc'$"),
+    setting("data.max_docs=-5", "data.max_docs=-5", message=names("data.max_docs", "-5")),
+    setting("data.max_docs=0", "data.max_docs=0", message=names("data.max_docs", "0")),
+    setting("data.max_docs=abc", "data.max_docs=abc", message=names("data.max_docs", "abc")),
     setting("data.dev_fraction=1.5", "data.dev_fraction=1.5", message=names("data.dev_fraction", "1.5")),
-    setting("data.dev_fraction=abc", "data.dev_fraction=abc", message=names("data.dev_fraction", "abc"), xfail=MAIN),
+    setting("data.dev_fraction=abc", "data.dev_fraction=abc", message=names("data.dev_fraction", "abc")),
     setting("data.eval_split=validation", "data.eval_split=validation",
             message=r"^error: data\.eval_split='validation' but the dataset has splits"),
     setting("data.format=parquet", "data.format=parquet", message=r"^error: data\.format must be auto, text, xc or npz"),
@@ -395,7 +393,160 @@ DATA = [
          message=r"WARNING\] n_clusters=100000 is more than the 90 labels: using 90 clusters"),
 ]
 
-CASES = SETTINGS + DATA
+# ------------------------------------------------------------------------------------------ cache and kills
+# Each row's setup runs the job once (filling ctx.cache), keeps that run's metrics, then damages
+# the cache or kills a run in a stage; the row's own run must warn, rebuild and end the same.
+XRT = ("method=xrtransformer", "matcher.level_steps=[2,2]", "xrtransformer.eval_docs=20")
+
+
+def _first_run(ctx: Ctx, overrides: tuple[str, ...]) -> None:
+    res = ctx.run(*overrides)
+    assert res.code == 0, res.tail()
+    shutil.copy(ctx.run_dir / "metrics.json", ctx.work / "first_metrics.json")
+
+
+def _stage_dir(ctx: Ctx, stage: str) -> Path:
+    (folder,) = [p for p in (ctx.cache / "stages" / stage).iterdir() if not p.name.startswith(".")]
+    return folder
+
+
+def _largest_file(folder: Path, pattern: str = "*") -> Path:
+    return max((p for p in folder.rglob(pattern) if p.is_file() and not p.name.startswith("_")),
+               key=lambda p: p.stat().st_size)
+
+
+def _flip(path: Path) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # same size, other content
+    path.write_bytes(bytes(raw))
+
+
+def damaged(stage: str, how: str, *overrides: str, pattern: str = "*") -> Callable[[Ctx], None]:
+    def setup(ctx: Ctx) -> None:
+        _first_run(ctx, overrides)
+        target = _largest_file(_stage_dir(ctx, stage), pattern)
+        if how == "flip":
+            _flip(target)
+        elif how == "truncate":
+            target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
+        else:  # delete
+            target.unlink()
+    return setup
+
+
+def foreign_folder(ctx: Ctx) -> None:
+    """The XR-Linear folder of other settings copied over this run's own: it must not be trusted."""
+    _first_run(ctx, ("method=xrlinear", "xrlinear.model.Cp=4.0"))
+    other = _stage_dir(ctx, "xrlinear")
+    _first_run(ctx, ("method=xrlinear",))
+    mine = next(p for p in (ctx.cache / "stages" / "xrlinear").iterdir() if p != other and not p.name.startswith("."))
+    shutil.rmtree(mine)
+    shutil.copytree(other, mine)
+
+
+def killed_in(stage: str, *overrides: str) -> Callable[[Ctx], None]:
+    def setup(ctx: Ctx) -> None:
+        reference = Ctx(ctx.shared, ctx.data, ctx.work.parent / "reference_run")
+        res = reference.run(*overrides)
+        assert res.code == 0, res.tail()
+        shutil.copy(reference.run_dir / "metrics.json", ctx.work.parent / "first_metrics.json")
+        killed = ctx.run(*overrides, env={"XMC_KILL_IN_STAGE": stage})
+        assert killed.code in (-9, 137), killed.tail()  # SIGKILL, as kill -9
+        assert not (ctx.run_dir / "metrics.json").exists()
+    return setup
+
+
+def same_as_first(ctx: Ctx, res: Result) -> None:
+    first = ctx.work / "first_metrics.json"
+    first = first if first.is_file() else ctx.work.parent / "first_metrics.json"
+    want = json.loads(first.read_text())
+    assert ctx.metrics()["results"] == want["results"]
+
+
+def nothing_cached(ctx: Ctx, res: Result) -> None:
+    assert not ctx.cache.exists(), sorted(p.name for p in ctx.cache.iterdir())
+    assert ctx.metrics()["results"] == ctx.shared.reference()["results"]
+
+
+def poisoned_cache(ctx: Ctx) -> None:
+    """A cache whose XR-Linear model is corrupt: cache=false must not even look at it."""
+    _first_run(ctx, ("method=xrlinear",))
+    _flip(_largest_file(_stage_dir(ctx, "xrlinear")))
+    for p in ctx.work.glob("first_metrics.json"):
+        p.unlink()
+
+
+def copied_cache(ctx: Ctx) -> None:
+    """The cache copied elsewhere with new file times: keys are content, so all of it is reused."""
+    _first_run(ctx, ("method=xrlinear",))
+    moved = ctx.work / "cache_original"
+    ctx.cache.rename(moved)
+    shutil.copytree(moved, ctx.cache, copy_function=shutil.copy)  # new mtimes
+    for p in ctx.cache.rglob("*"):
+        os.utime(p, (1, 1))
+
+
+def reused_everything(ctx: Ctx, res: Result) -> None:
+    same_as_first(ctx, res)
+    assert ctx.metrics()["stages"]["ran"] == [], ctx.metrics()["stages"]
+
+
+def stale_tmp(ctx: Ctx) -> None:
+    """A temporary folder left by a killed writer (its pid no longer runs)."""
+    _first_run(ctx, ("method=xrlinear",))
+    (ctx.cache / "stages" / "xrlinear" / ".abc.pid999999.xyz.tmp").mkdir()
+
+
+def stale_tmp_removed(ctx: Ctx, res: Result) -> None:
+    same_as_first(ctx, res)
+    assert not (ctx.cache / "stages" / "xrlinear" / ".abc.pid999999.xyz.tmp").exists()
+
+
+def rebuilt(stage: str) -> str:
+    return rf"WARNING\].*{stage}.*(corrupt|unreadable).*(rebuild|recomput|again)"
+
+
+CACHE = [
+    Case("XR-Linear artifact flipped in place", ("method=xrlinear",), code=0, early=False,
+         setup=damaged("xrlinear", "flip", "method=xrlinear"), message=rebuilt("xrlinear"), check=same_as_first),
+    Case("TF-IDF artifact truncated", ("method=xrlinear",), code=0, early=False,
+         setup=damaged("tfidf", "truncate", "method=xrlinear"), message=rebuilt("tfidf"), check=same_as_first),
+    Case("TF-IDF artifact deleted", ("method=xrlinear",), code=0, early=False,
+         setup=damaged("tfidf", "delete", "method=xrlinear"), message=rebuilt("tfidf"), check=same_as_first),
+    Case("index artifact flipped", ("train_xrlinear=false",), code=0, early=False,
+         setup=damaged("indexing", "flip", "train_xrlinear=false"), message=rebuilt("indexing"), check=same_as_first),
+    Case("ranker artifact flipped", ("train_xrlinear=false",), code=0, early=False,
+         setup=damaged("ranker", "flip", "train_xrlinear=false"), message=rebuilt("ranker"), check=same_as_first),
+    Case("matcher outputs flipped", ("train_xrlinear=false",), code=0, early=False,
+         setup=damaged("matcher", "flip", "train_xrlinear=false", pattern="*.np[yz]"),
+         message=r"WARNING\].*matcher outputs .*corrupt", check=same_as_first),
+    Case("foreign stage folder under this key", ("method=xrlinear",), code=0, early=False, setup=foreign_folder,
+         message=r"WARNING\].*xrlinear.*foreign.*built for key", check=same_as_first),
+    Case("cache=false reads and writes nothing", ("method=xrlinear", "cache=false"), code=0, early=False,
+         setup=poisoned_cache, check=lambda ctx, res: (
+             ctx.metrics()["results"] == ctx.shared.reference()["results"]) or pytest.fail("cache=false read the cache")),
+    Case("cache copied elsewhere (new paths, new file times)", ("method=xrlinear",), code=0, early=False,
+         setup=copied_cache, check=reused_everything),
+    Case("temporary folder of a killed writer", ("method=xrlinear",), code=0, early=False, setup=stale_tmp,
+         message=r"removed .*\.abc\.pid999999\.xyz\.tmp, left by a run that was killed", check=stale_tmp_removed),
+    Case("killed in the TF-IDF stage", ("method=xrlinear",), code=0, early=False,
+         setup=killed_in("tfidf", "method=xrlinear"), check=same_as_first),
+    Case("killed in the XR-Linear stage", ("method=xrlinear",), code=0, early=False,
+         setup=killed_in("xrlinear", "method=xrlinear"), check=same_as_first),
+    Case("killed in the indexing stage", ("train_xrlinear=false",), code=0, early=False,
+         setup=killed_in("indexing", "train_xrlinear=false"), check=same_as_first),
+    Case("killed in the matcher stage", ("train_xrlinear=false",), code=0, early=False,
+         setup=killed_in("matcher", "train_xrlinear=false"), check=same_as_first),
+    Case("killed in the ranker stage", ("train_xrlinear=false",), code=0, early=False,
+         setup=killed_in("ranker", "train_xrlinear=false"), check=same_as_first),
+    Case("killed in an XR-Transformer level", (*XRT, "train_xrlinear=false"), code=0, early=False,
+         setup=killed_in("xrlevel", *XRT, "train_xrlinear=false"), check=same_as_first),
+    Case("killed in XR-Transformer's final model", (*XRT, "train_xrlinear=false"), code=0, early=False,
+         setup=killed_in("xrfinal", *XRT, "train_xrlinear=false"), check=same_as_first),
+]
+
+
+CASES = SETTINGS + DATA + CACHE
 
 
 def _param(case: Case):

@@ -84,20 +84,61 @@ def train_main(argv: Sequence[str] | None = None) -> None:
 
     if argv is not None:  # Hydra reads sys.argv itself
         sys.argv = [sys.argv[0], *argv]
+    problem = composition_error(sys.argv[1:])
+    if problem is not None and os.environ.get("HYDRA_FULL_ERROR") != "1":
+        sys.exit(f"error: {problem}")
     hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")(_train)()
+
+
+def composition_error(args: Sequence[str]) -> str | None:
+    """Hydra's complaint about the command line's overrides (an unknown key or option, a parse
+    error) as one line, or None when they compose. Hydra's own report spans several lines and ends
+    with a hint about HYDRA_FULL_ERROR; this one names the key and what it takes. Multirun sweeps
+    and Hydra's own flags are left to Hydra."""
+    import re
+
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if any(a.startswith("-") for a in args):  # --multirun, --help, --config-name, ...
+        return None
+    overrides = [a for a in args if not re.match(r"^[+~]*hydra[./]", a)]
+    try:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            compose(config_name="train", overrides=overrides)
+    except MissingConfigException as err:  # an option of a config group that does not exist
+        found = re.search(r"Could not find '([^/']+)/([^']+)'", str(err))
+        options = sorted(o for o in getattr(err, "options", None) or [] if not o.startswith("_"))
+        if found:
+            return (f"{found.group(1)}={found.group(2)}: no such option of config group '{found.group(1)}'"
+                    + (f"; available: {', '.join(options)}" if options else ""))
+        return str(err).strip().splitlines()[0]
+    except (HydraException, OmegaConfBaseException) as err:
+        text = str(err).strip()
+        key = re.search(r"Could not override '([^']+)'", text)
+        if key and "not in struct" in f"{text} {err.__cause__}":
+            return f"{key.group(1)}: no such setting (`python train.py --help` lists them)"
+        return " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- predict
 def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a UTF-8 file, one document a line; a bad byte names its line."""
+    """(line number, text) of a UTF-8 file, one document a line (LF, CRLF or CR-only line ends; a
+    leading BOM dropped, as the training data reader does); a bad byte names its line."""
     stream = sys.stdin.buffer if str(path) == "-" else open(path, "rb")
+    n = 0
     try:
-        for n, raw in enumerate(stream, 1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise CLIError(f"{path}:{n}: not UTF-8 ({e.reason} at byte {e.start})") from None
-            yield n, text.rstrip("\r\n")
+        for raw in stream:
+            for part in raw.rstrip(b"\n").rstrip(b"\r").split(b"\r"):  # a CR-only file is one raw line
+                n += 1
+                if n == 1 and part.startswith(b"\xef\xbb\xbf"):
+                    part = part[3:]
+                try:
+                    yield n, part.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise CLIError(f"{path}:{n}: not UTF-8 ({e.reason} at byte {e.start})") from None
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()

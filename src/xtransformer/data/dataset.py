@@ -33,6 +33,7 @@ from xtransformer.data.readers import (
     read_xc_sparse,
 )
 from xtransformer.data.vocab import LabelVocab
+from xtransformer.settings import Settings, run_field
 from xtransformer.utils.io import atomic_dir, file_fingerprint, is_complete, load_csr, settings_key
 
 log = logging.getLogger(__name__)
@@ -41,26 +42,29 @@ SPLITS = ("train", "dev", "test")
 
 
 @dataclass
-class DataConfig:
-    """Mirrors ``configs/data/*.yaml``."""
+class DataConfig(Settings):
+    """Mirrors ``configs/data/*.yaml``. Where the files are is a run setting (the data's key is
+    its content); what is read from them, and how, is a training setting."""
+
+    where = "data"
+    error = DataError
 
     name: str = "reuters21578"
-    path: str | None = None  # dataset folder; default <data_dir>/<name>
-    data_dir: str | None = None  # default $XMC_DATA_DIR, else ../shared/data
+    path: str | None = run_field(None)  # dataset folder; default <data_dir>/<name>
+    data_dir: str | None = run_field(None)  # default $XMC_DATA_DIR, else ../shared/data
     format: str = "auto"  # auto | text | xc | npz
     dev_fraction: float = 0.1  # carved from train when the dataset has no dev split
     dev_seed: int = 0
-    eval_split: str | None = None  # default: test if present, else dev
+    eval_split: str | None = run_field(None)  # default: test if present, else dev
     max_docs: int | None = None  # keep the first N documents of each split (quick runs, tests)
     allow_empty_docs: bool = False
     allow_empty_labels: bool = False
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         # Checked before any file is read. A negative max_docs would slice from the end
         # (items[:-5]) and silently drop documents; zero leaves nothing to train on.
-        m = self.max_docs
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise DataError(f"data.max_docs must be null (all documents) or an int >= 1, got {m!r}")
+        if self.max_docs is not None and self.max_docs < 1:
+            raise self.bad("max_docs", "must be null (all documents) or an int >= 1")
         if self.path == "???":  # data=custom's mandatory value, left unset
             raise DataError("data.path is not set: data=custom needs data.path=/path/to/your/folder "
                             "(the layout is in configs/data/custom.yaml)")
@@ -226,7 +230,7 @@ def load_dataset(
         if Path(name_or_cfg).expanduser().is_dir() and "path" not in overrides:
             cfg = dataclasses.replace(cfg, name=Path(name_or_cfg).name, path=name_or_cfg)
     elif isinstance(name_or_cfg, dict):
-        cfg = DataConfig(**{**name_or_cfg, **overrides})
+        cfg = DataConfig.from_mapping({**name_or_cfg, **overrides})
     else:
         cfg = dataclasses.replace(name_or_cfg, **overrides)
     folder = resolve_dataset_dir(cfg, cache_dir)
@@ -242,7 +246,7 @@ def load_dataset(
         raise DataError(f"data.format must be auto, text, xc or npz, got {cfg.format!r}")
     vocab, splits, label_text, n_missing = loader(folder, cfg)
     files = sorted(p for p in folder.iterdir() if p.is_file())
-    settings = dataclasses.asdict(cfg) | {"path": None, "data_dir": None}
+    settings = cfg.training_settings()  # the data read, not where it lies or which split is scored
     source_key = settings_key([file_fingerprint(p) for p in files], settings)
     carved = "dev" not in splits
     if carved:

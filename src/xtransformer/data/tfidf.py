@@ -50,6 +50,19 @@ class TfidfConfig(Settings):
     dtype: str = "float32"
     n_jobs: int = run_field(2)  # threads transforming chunks of documents after the fit
 
+    def check(self) -> None:
+        for key in ("ngram_max", "min_df", "n_jobs"):
+            if getattr(self, key) < 1:
+                raise self.bad(key, "must be an int >= 1")
+        if self.max_features is not None and self.max_features < 1:
+            raise self.bad("max_features", "must be an int >= 1, or null for the whole vocabulary")
+        if not 0 < self.max_df <= 1:
+            raise self.bad("max_df", "must be a fraction of documents in (0, 1]")
+        if self.dtype not in ("float32", "float64"):
+            raise self.bad("dtype", "expected one of ['float32', 'float64']")
+        if self.strip_accents not in (None, "unicode", "ascii"):
+            raise self.bad("strip_accents", "expected one of ['unicode', 'ascii', None]")
+
 
 def _vectorizer(cfg: TfidfConfig) -> TfidfVectorizer:
     return TfidfVectorizer(

@@ -203,10 +203,4 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
 
 
 def _data_config(values: Mapping[str, Any]) -> DataConfig:
-    if isinstance(DataConfig, type) and issubclass(DataConfig, Settings):
-        return DataConfig.from_mapping(values)
-    known = {f.name for f in dataclasses.fields(DataConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise SettingsError(f"unknown key(s) {[f'data.{k}' for k in unknown]}; data takes {sorted(known)}")
-    return DataConfig(**values)
+    return DataConfig.from_mapping(values)
