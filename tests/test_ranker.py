@@ -17,7 +17,6 @@ from xtransformer.ranker import (
     LinearRanker,
     RankerConfig,
     RankerError,
-    combine_scores,
     concat_features,
     get_post_processor,
     negative_mask,
@@ -191,20 +190,32 @@ def test_post_processors_on_known_numbers():
         np.testing.assert_allclose(get_post_processor(name).combine(s, parent), want, rtol=1e-5, err_msg=name)
 
 
-def test_combine_scores_transforms_raw_matcher_scores():
+def test_post_processors_combine_ranker_and_matcher_scores():
     r, m = np.array([0.3, -2.0], np.float32), np.array([1.5, 0.2], np.float32)
     sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
-    np.testing.assert_allclose(combine_scores(r, m, "sigmoid"), sig(r) * sig(m), rtol=1e-6)
-    np.testing.assert_allclose(combine_scores(r, m, "noop"), r)
+
+    def combined(name: str, weight: float = 1.0) -> np.ndarray:
+        return _combined(r, m, name, weight)
+
+    np.testing.assert_allclose(combined("sigmoid"), sig(r) * sig(m), rtol=1e-6)
+    np.testing.assert_allclose(combined("noop"), r)
     h3 = lambda v: np.exp(-np.maximum(0, 1 - v) ** 3)  # noqa: E731
-    np.testing.assert_allclose(combine_scores(r, h3(m), "l3-hinge", matcher_transformed=True), h3(r) * h3(m), rtol=1e-6)
+    np.testing.assert_allclose(combined("l3-hinge"), h3(r) * h3(m), rtol=1e-6)
+    np.testing.assert_allclose(combined("l3-hinge", 0.0), h3(r), rtol=1e-6)  # matcher_weight 0: the ranker alone
     with pytest.raises(RankerError, match="post_processor"):
         get_post_processor("l5-hinge")
+
+
+def _combined(r: np.ndarray, m: np.ndarray, name: str, matcher_weight: float = 1.0) -> np.ndarray:
+    """The ranker's and the matcher's raw scores as a post-processor combines them."""
+    pp = get_post_processor(name)
+    return pp.combine(r, pp.weight_parent(pp.transform(m), matcher_weight))
 
 
 def test_matcher_weight_on_known_numbers():
     r, m = np.array([0.3, -2.0], np.float32), np.array([1.5, 0.2], np.float32)
     h1 = lambda v: np.exp(-np.maximum(0, 1 - v))  # noqa: E731
+    combine_scores = _combined
     np.testing.assert_allclose(combine_scores(r, m, "l1-hinge", matcher_weight=0.5), h1(r) * h1(m) ** 0.5, rtol=1e-6)
     np.testing.assert_allclose(combine_scores(r, m, "l1-hinge", matcher_weight=0.0), h1(r), rtol=1e-6)
     # log- post-processors: w * log-transform of the matcher

@@ -591,7 +591,7 @@ def test_table_is_wide_enough() -> None:
 def test_tiny_model_reproducible_across_fresh_caches(shared: Shared, tmp_path: Path) -> None:
     """Two runs, two fresh caches, one seed: the same predictions. The tiny model's tokenizer is
     trained in each cache, and the `tokenizers` trainers number tokens in a per-process hash order
-    (fixed in encoders.py; every family is checked in test_encoders.py): real processes, since
+    (fixed in encoders/tiny.py; every family is checked in test_encoders.py): real processes, since
     children forked from one server could share that order."""
     from xtransformer.utils.io import load_csr
 

@@ -25,8 +25,8 @@ from xtransformer.matcher import MatcherConfig, MatcherOutputs, topb_recall, tra
 from xtransformer.matcher.train import tiny_corpus
 from xtransformer.pipeline.keys import StageKeys
 from xtransformer.pipeline.settings import RunSettings
-from xtransformer.ranker import HierarchicalLinear, LinearRanker, RankerConfig, concat_features
-from xtransformer.ranker.negatives import binarize, negative_mask
+from xtransformer.ranker import HierarchicalLinear, LinearRanker, ranker_features, train_ranker
+from xtransformer.ranker.negatives import binarize
 from xtransformer.utils.io import load_json, save_json
 from xtransformer.xrtransformer import XRTransformerConfig, XRTransformerConfigError
 
@@ -115,22 +115,15 @@ def matcher(cache: StageCache, ds: XMCDataset, chain: ClusterChain, s: RunSettin
 
 
 # ------------------------------------------------------------------------------------ ranker
-def ranker_features(rcfg: RankerConfig, X: sp.csr_matrix, emb: np.ndarray | None) -> sp.csr_matrix:
-    if rcfg.features == "tfidf":
-        return X
-    return concat_features(X, emb, weight=rcfg.neural_weight)
-
-
 def ranker(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], mout: MatcherOutputs,
            chain: ClusterChain, s: RunSettings, keys: StageKeys) -> LinearRanker:
     rcfg = s.ranker
 
     def build(tmp: Path) -> None:
-        C = chain.leaf_assignment
         emb = mout.embeddings("train") if rcfg.features != "tfidf" else None
-        feats = ranker_features(rcfg, X["train"], emb)
-        neg = negative_mask(rcfg.negatives, ds.splits["train"].Y, C, mout.topb("train") if "man" in rcfg.negatives else None)
-        LinearRanker.train(feats, ds.splits["train"].Y, C, neg, rcfg, merge=s.indexing.merge).save(tmp / "model")
+        top = mout.topb("train") if "man" in rcfg.negatives else None
+        train_ranker(X["train"], ds.splits["train"].Y, chain.leaf_assignment, rcfg, emb, top,
+                     merge=s.indexing.merge).save(tmp / "model")
 
     folder = cache.run("ranker", keys.ranker, build, settings=rcfg.training_settings())
     model = LinearRanker.load(folder / "model")
@@ -140,8 +133,7 @@ def ranker(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], mout:
 
 def predict(model: LinearRanker, X: dict[str, sp.csr_matrix], mout: MatcherOutputs, split: str) -> sp.csr_matrix:
     emb = mout.embeddings(split) if model.config.features != "tfidf" else None
-    feats = ranker_features(model.config, X[split], emb)
-    return model.predict(feats, mout.topb(split))
+    return model.predict(ranker_features(X[split], emb, model.config), mout.topb(split))
 
 
 # ------------------------------------------------------------------------------------ TF-IDF-only path

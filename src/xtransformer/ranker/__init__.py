@@ -1,13 +1,13 @@
 """Linear rankers: negatives (TFN/MAN), batched OVA solver, XR-Linear, post-processors."""
 
-from xtransformer.ranker.api import ranker_features, train_ranker
+from xtransformer.ranker.train import ranker_features, train_ranker
 from xtransformer.ranker.config import HierarchicalLinearConfig, RankerConfig
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.features import concat_features
 from xtransformer.ranker.hierarchical import HierarchicalLinear, level_targets
 from xtransformer.ranker.linear import LinearLevel, LinearRanker
 from xtransformer.ranker.negatives import SCHEMES, binarize, negative_mask, tfn_mask
-from xtransformer.ranker.postprocess import POST_PROCESSORS, PostProcessor, combine_scores, get_post_processor
+from xtransformer.ranker.postprocess import POST_PROCESSORS, PostProcessor, get_post_processor
 from xtransformer.ranker.solver import SolverParams
 from xtransformer.ranker.topk import topk_csr
 
@@ -23,7 +23,6 @@ __all__ = [
     "SCHEMES",
     "SolverParams",
     "binarize",
-    "combine_scores",
     "concat_features",
     "get_post_processor",
     "level_targets",

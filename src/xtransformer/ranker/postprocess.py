@@ -116,23 +116,3 @@ def get_post_processor(name: str | PostProcessor) -> PostProcessor:
         return _REGISTRY[name]
     except (KeyError, TypeError):
         raise RankerError(f"post_processor must be one of {list(POST_PROCESSORS)}, got {name!r}") from None
-
-
-def combine_scores(
-    ranker_scores: np.ndarray,
-    matcher_scores: np.ndarray,
-    post_processor: str | PostProcessor = "l3-hinge",
-    matcher_transformed: bool = False,
-    matcher_weight: float = 1.0,
-) -> np.ndarray:
-    """Final scores from raw ranker scores and matcher (parent) scores, elementwise.
-
-    ``matcher_transformed=False`` means the matcher scores are raw and get the same transform
-    first (e.g. ``sigmoid``: sigma(ranker) * sigma(matcher)); ``matcher_weight`` w then gives
-    t(ranker) * t(matcher) ** w.
-    """
-    pp = get_post_processor(post_processor)
-    parent = np.asarray(matcher_scores, dtype=np.float32)
-    if not matcher_transformed:
-        parent = pp.transform(parent)
-    return pp.combine(np.asarray(ranker_scores, dtype=np.float32), pp.weight_parent(parent, matcher_weight))

@@ -19,7 +19,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -66,6 +66,20 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_once(target: str | os.PathLike, build: Any) -> None:
+    """Build the folder ``target`` atomically with ``build(tmp)`` unless it is already complete;
+    a concurrent builder (another DDP rank) winning the race is fine."""
+    target = Path(target)
+    if is_complete(target):
+        return
+    try:
+        with atomic_dir(target, overwrite=False) as tmp:
+            build(tmp)
+    except (FileExistsError, OSError):
+        if not is_complete(target):
+            raise
 
 
 def is_complete(path: str | os.PathLike, verify: bool = False) -> bool:
@@ -191,3 +205,14 @@ def file_fingerprint(path: str | os.PathLike) -> dict[str, Any]:
     """Identity of an input file for cache keys: its size and content hash, never its path or
     times (a copied or touched file keeps its key; an edited one changes it)."""
     return {"size": Path(path).stat().st_size, "sha256": file_sha256(path)}
+
+
+def texts_fingerprint(texts: Sequence[str]) -> str:
+    """sha256 of a list of texts (order and boundaries included)."""
+    h = hashlib.sha256()
+    h.update(str(len(texts)).encode())
+    for t in texts:
+        b = t.encode("utf-8", "surrogatepass")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()

