@@ -6,8 +6,7 @@ linear model) does not import scikit-learn with the TF-IDF stage.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from xtransformer.utils.lazy import lazy_exports
 
 _EXPORTS = {
     "DataConfig": "dataset",
@@ -26,9 +25,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
