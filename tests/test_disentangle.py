@@ -140,7 +140,7 @@ def test_lambda_1_bit_identical_chain_and_predictions(reuters):
     cfg = HierarchicalLinearConfig()
     # λ = 1 in the config changes nothing in the key or the tree: the stage keys drop the new fields
     icfg = IndexingConfig(n_clusters=16)
-    assert set(icfg.cache_settings()) == {"name", "n_clusters", "max_leaf_size", "branching", "max_iter", "seed",
+    assert set(icfg.training_settings()) == {"name", "n_clusters", "max_leaf_size", "branching", "max_iter", "seed",
                                           "normalize_y_rows", "orphan_fallback", "n_copies"}
     again, _ = build_index(icfg, Y, X_train_tfidf=X["train"])
     assert again.subsample(16) == chain

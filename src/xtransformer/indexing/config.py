@@ -65,9 +65,6 @@ class IndexingConfig(Settings):
                 out.pop(key)
         return out
 
-    def cache_settings(self) -> dict[str, Any]:
-        return self.training_settings()
-
 
 DISENTANGLE_KEYS = ("n_copies", "merge", "max_cluster_growth", "min_count")
 

@@ -185,7 +185,7 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
     settings = RunSettings(
         method=method, seed=top.seed, cache=top.cache, train_xrlinear=top.train_xrlinear,
         combine_with_xrlinear=top.combine_with_xrlinear,
-        data=_data_config(plain.get("data") or {}),
+        data=DataConfig.from_mapping(plain.get("data") or {}),
         tfidf=TfidfConfig.from_mapping(plain.get("tfidf") or {}),
         xrlinear=XRLinearConfig.from_mapping(plain.get("xrlinear") or {}),
         trainer=trainer, trainer_kwargs=trainer_kwargs,
@@ -200,7 +200,3 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
     if method == "xrtransformer":
         settings.xrtransformer = XRTransformerConfig.from_mapping(plain.get("xrtransformer") or {})
     return settings
-
-
-def _data_config(values: Mapping[str, Any]) -> DataConfig:
-    return DataConfig.from_mapping(values)
