@@ -5,6 +5,9 @@ Usage (from the repository root)::
     python benchmarks/bench_disentangle.py --dataset reuters21578 --copies 1,2,3,4,6
     python benchmarks/bench_disentangle.py --dataset bibtex --n-clusters 16
     python benchmarks/bench_disentangle.py --dataset eurlex57k --n-clusters 0   # max_leaf_size 100: K = 64
+    # XR-Transformer's final model: TF-IDF ⊕ a fine-tuned encoder's embeddings of every split
+    # (<dir>/train.npy, <dir>/dev.npy, as the run's xrembed stage writes them), pruned at 0.01
+    python benchmarks/bench_disentangle.py --dataset eurlex57k --n-clusters 0 --embeddings <dir> --threshold 0.01
 
 One TF-IDF build per dataset (``benchmarks/workdata.py``), evaluated on the dev split (carved from
 train where the dataset has none). The partition model (λ = 1) is trained once; its beam search
@@ -38,6 +41,7 @@ from benchmarks.workdata import prepare_dataset  # noqa: E402
 from xtransformer.indexing import IndexingConfig, build_index, cluster_counts, overlap_summary, reassign  # noqa: E402
 from xtransformer.metrics import evaluate, propensity  # noqa: E402
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig  # noqa: E402
+from xtransformer.xrtransformer.model import final_features  # noqa: E402
 
 KEYS = ("P@1", "P@3", "P@5", "R@5", "PSP@5")
 NR_SPLITS, MAX_LEAF_SIZE = 16, 100  # configs/xrlinear/default.yaml
@@ -84,7 +88,12 @@ def render(rows: list[dict], meta: dict) -> str:
             "| model MB | labels in >1 cluster | clusters/label | largest cluster |")
     lines = [f"Dataset {meta['dataset']} ({meta['eval_split']} split, {meta['n_eval']} docs; "
              f"{meta['n_labels']} labels, K = {meta['n_clusters']} leaf clusters, tree {meta['level_sizes']}), "
-             f"XR-Linear (`HierarchicalLinearConfig` defaults: tfn, beam {meta['beam']}, {meta['threads']} threads), "
+             + (f"XR-Linear (`HierarchicalLinearConfig` defaults: tfn, beam {meta['beam']}, {meta['threads']} threads), "
+                if not meta.get("embeddings") else
+                f"XR-Transformer's final model (XR-Linear on TF-IDF ⊕ the fine-tuned encoder's embeddings `{meta['embeddings']}`, "
+                f"tree re-clustered on PIFA of those features; tfn, pruned at {meta['threshold']}, beam {meta['beam']}, "
+                f"{meta['threads']} threads), ")
+             + 
              f"counts from the λ = 1 model's beam search (width {meta['beam']}) over {meta['n_train']} training docs "
              f"({meta['search_s']} s); cap = `max_cluster_growth` (none: the paper's/PECOS's uncapped walk). "
              "Run niced (`nice -n 19`) on a shared 2-core machine under heavy load from other jobs: wall "
@@ -108,6 +117,16 @@ def render(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _embeddings(folder: Path, split: str, n: int) -> np.ndarray:
+    path = folder / f"{split}.npy"
+    if not path.is_file():
+        raise SystemExit(f"bench_disentangle: --embeddings {folder}: no {split}.npy")
+    emb = np.load(path)
+    if emb.ndim != 2 or emb.shape[0] != n:
+        raise SystemExit(f"bench_disentangle: {path}: shape {emb.shape}, expected {n} rows (one per {split} document)")
+    return emb
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="reuters21578", help="dataset name under the data dir, or a path")
@@ -120,6 +139,9 @@ def main() -> None:
     ap.add_argument("--max-cluster-growth", type=float, default=1.2, help="cap (configs/indexing default); 0: none")
     ap.add_argument("--uncapped", default="", help="comma list of λ to run again without the cap (after the sweep)")
     ap.add_argument("--min-count", type=int, default=1)
+    ap.add_argument("--embeddings", type=Path, default=None,
+                    help="folder of <split>.npy embeddings: the features become TF-IDF ⊕ embeddings (XR-Transformer's final model)")
+    ap.add_argument("--threshold", type=float, default=0.1, help="weight pruning (XR-Linear 0.1; XR-Transformer's final model 0.01)")
     ap.add_argument("--predict-repeats", type=int, default=3)
     ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work" / "disentangle")
     ap.add_argument("--out", type=Path, default=None, help="result file stem (default benchmarks/results/disentangle-<dataset>)")
@@ -134,10 +156,14 @@ def main() -> None:
     problem = prepare_dataset(args.dataset, args.work, eval_split="dev")
     Xtr, Ytr = problem.X(problem.train_split), problem.Y(problem.train_split)
     Xev, Yev = problem.X(problem.eval_split), problem.Y(problem.eval_split)
+    if args.embeddings is not None:  # the final features of XR-Transformer (xrtransformer/model.py)
+        Xtr, Xev = (final_features("tfidf+neural", X, _embeddings(args.embeddings, split, X.shape[0]))
+                    for X, split in ((Xtr, problem.train_split), (Xev, problem.eval_split)))
     inv_prop = propensity(Ytr)
     icfg = IndexingConfig(n_clusters=args.n_clusters or None, max_leaf_size=None if args.n_clusters else MAX_LEAF_SIZE,
                           threads=args.threads)
-    xcfg = HierarchicalLinearConfig(threads=args.threads, beam_size=args.beam, topk=args.topk)
+    xcfg = HierarchicalLinearConfig(threads=args.threads, beam_size=args.beam, topk=args.topk, threshold=args.threshold,
+                                    features="tfidf" if args.embeddings is None else "tfidf+neural")
     chain, _ = build_index(icfg, Ytr, X_train_tfidf=Xtr)
     chain = list(chain.subsample(NR_SPLITS))
     out = args.out or ROOT / "benchmarks" / "results" / f"disentangle-{Path(args.dataset).name}"
@@ -145,7 +171,9 @@ def main() -> None:
     meta = {"dataset": problem.name, "eval_split": problem.eval_split, "n_eval": int(Xev.shape[0]),
             "n_train": int(Xtr.shape[0]), "n_labels": int(Ytr.shape[1]), "n_clusters": int(chain[-1].shape[1]),
             "level_sizes": [int(c.shape[0]) for c in chain], "beam": args.beam, "threads": args.threads,
-            "max_cluster_growth": cap, "min_count": args.min_count, "nice": "nice -n 19"}
+            "max_cluster_growth": cap, "min_count": args.min_count, "nice": "nice -n 19",
+            "features": xcfg.features, "embeddings": str(args.embeddings) if args.embeddings else None,
+            "threshold": args.threshold}
     M = counts = None
     t_base = 0.0
     for lam, growth in runs:

@@ -25,7 +25,7 @@ from xtransformer.ranker import (
     topk_csr,
     train_ranker,
 )
-from xtransformer.ranker import linear
+from xtransformer.ranker import scoring
 from xtransformer.ranker.blocks import build_block, make_groups, plan_batches, with_bias
 from xtransformer.ranker.solver import Block, SolverParams, solve_block
 
@@ -271,7 +271,7 @@ def test_predict_in_chunks_and_threads_is_the_same(monkeypatch):
     ranker = LinearRanker.train(X, Y, C, tfn_mask(Y, C), RankerConfig(topk=6, threads=1))
     shortlist = sp.random(X.shape[0], 5, density=0.6, format="csr", dtype=np.float32, random_state=2)
     want = ranker.predict(X, shortlist)
-    monkeypatch.setattr(linear, "SCORE_CHUNK_COST", 50)  # a few documents per chunk
+    monkeypatch.setattr(scoring, "SCORE_CHUNK_COST", 50)  # a few documents per chunk
     ranker.config.threads = 2
     got = ranker.predict(X, shortlist)
     assert abs(got - want).max() < 1e-6 and (got != 0).nnz == (want != 0).nnz
@@ -284,7 +284,7 @@ def test_predict_dense_and_sparse_layouts_agree(monkeypatch):
     shortlist = sp.random(X.shape[0], 5, density=0.8, format="csr", dtype=np.float32, random_state=3)
     assert ranker.level._get_scorer().W_dense is not None
     dense = ranker.predict(X, shortlist)
-    monkeypatch.setattr(linear, "DENSE_BYTES", 0)
+    monkeypatch.setattr(scoring, "DENSE_BYTES", 0)
     ranker.level._scorer = None
     assert ranker.level._get_scorer().W_dense is None
     loop = ranker.predict(X, shortlist)

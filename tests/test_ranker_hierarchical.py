@@ -10,7 +10,7 @@ from xtransformer.indexing import ClusterChain
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, RankerError, get_post_processor, level_targets
 from xtransformer.ranker.blocks import with_bias
 from xtransformer.ranker.negatives import binarize
-from xtransformer.ranker.topk import Candidates
+from xtransformer.topk import Candidates
 
 
 def onehot(codes: np.ndarray, k: int) -> sp.csr_matrix:

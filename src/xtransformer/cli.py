@@ -224,7 +224,7 @@ def _predict(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from xtransformer.model import XMCModel
-    from xtransformer.ranker.topk import topk_csr
+    from xtransformer.topk import topk_csr
 
     if args.k < 1 or args.chunk_size < 1:
         raise CLIError("--k and --chunk-size must be >= 1")

@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.data.vocab import vocab_difference
-from xtransformer.ranker.topk import Candidates, topk, topk_csr
+from xtransformer.topk import Candidates, topk, topk_csr
 from xtransformer.utils.io import atomic_dir, atomic_path, load_csr, save_csr, save_json
 
 log = logging.getLogger(__name__)

@@ -28,6 +28,8 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from xtransformer.topk import Candidates, topk
+
 __all__ = [
     "MetricsError",
     "MetricSums",
@@ -40,10 +42,6 @@ __all__ = [
     "evaluate",
     "format_metrics_table",
 ]
-
-# Padded layout is used when it wastes at most this factor over the stored entries.
-_PADDED_MAX_BLOWUP = 4.0
-
 
 class MetricsError(ValueError):
     """Bad input to a metric function; the message names the offending argument."""
@@ -127,23 +125,17 @@ def topk_from_scores(scores: sp.spmatrix, k: int) -> tuple[np.ndarray, np.ndarra
     """Per row, the ``k`` largest *stored* entries of a sparse score matrix.
 
     Returns ``(idx, vals)``: ``int64`` and ``float32`` arrays of shape ``N x k`` sorted by
-    decreasing score, ties broken by lower label index; rows storing fewer than ``k`` entries
-    are padded with index -1 and score ``-inf``. Works on the CSR arrays only: a padded
-    ``N x max_row_nnz`` sort when rows are about equally full, else one global lexsort.
+    decreasing score, ties broken by lower label index (``xtransformer.topk``); rows storing fewer
+    than ``k`` entries are padded with index -1 and score ``-inf``.
     """
     k = _check_k(k, "k")
     S = _as_csr(scores, "scores")
     if not S.has_canonical_format:
         S = S.copy()
-        S.sum_duplicates()  # also sorts indices, which the padded path relies on
+        S.sum_duplicates()
     if S.nnz and np.isnan(S.data).any():
         raise MetricsError("scores contains NaN")
-    counts = np.diff(S.indptr)
-    n_rows = S.shape[0]
-    widest = int(counts.max()) if n_rows else 0
-    if n_rows * widest <= _PADDED_MAX_BLOWUP * S.nnz + 1024:
-        return _topk_padded(S, counts, widest, k)
-    return _topk_lexsort(S, counts, k)
+    return topk(Candidates.from_csr(S), k).to_padded(k)
 
 
 def _row_positions(indptr: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -152,51 +144,6 @@ def _row_positions(indptr: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, 
     rows = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     pos = np.arange(nnz, dtype=np.int64) - np.repeat(indptr[:-1].astype(np.int64), counts)
     return rows, pos
-
-
-def _empty_topk(n_rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    return (
-        np.full((n_rows, k), -1, dtype=np.int64),
-        np.full((n_rows, k), -np.inf, dtype=np.float32),
-    )
-
-
-def _topk_padded(
-    S: sp.csr_matrix, counts: np.ndarray, widest: int, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    n_rows = S.shape[0]
-    idx_out, val_out = _empty_topk(n_rows, k)
-    if widest == 0:
-        return idx_out, val_out
-    rows, pos = _row_positions(S.indptr, counts)
-    # Negated scores so an ascending stable sort ranks high scores first; padding (+inf)
-    # sits after the stored entries of its row, and equal scores keep ascending column order.
-    neg = np.full((n_rows, widest), np.inf, dtype=S.data.dtype)
-    cols = np.full((n_rows, widest), -1, dtype=np.int64)
-    neg[rows, pos] = -S.data
-    cols[rows, pos] = S.indices
-    order = np.argsort(neg, axis=1, kind="stable")[:, :k]
-    kk = order.shape[1]
-    idx_out[:, :kk] = np.take_along_axis(cols, order, axis=1)
-    val_out[:, :kk] = -np.take_along_axis(neg, order, axis=1)
-    # A stored -inf ranks with the padding but before it (stable), so only padding maps to -1.
-    val_out[idx_out < 0] = -np.inf
-    return idx_out, val_out
-
-
-def _topk_lexsort(
-    S: sp.csr_matrix, counts: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    n_rows = S.shape[0]
-    idx_out, val_out = _empty_topk(n_rows, k)
-    rows, pos = _row_positions(S.indptr, counts)
-    # Rows are already grouped, so after sorting by (row, -score, col) `pos` is the rank.
-    order = np.lexsort((S.indices, -S.data, rows))
-    keep = pos < k
-    src = order[keep]
-    idx_out[rows[keep], pos[keep]] = S.indices[src]
-    val_out[rows[keep], pos[keep]] = S.data[src]
-    return idx_out, val_out
 
 
 # --------------------------------------------------------------------------- per-document terms

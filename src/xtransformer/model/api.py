@@ -110,7 +110,7 @@ class XMCModel:
 
     def top_labels(self, pred: sp.csr_matrix, k: int) -> list[dict[str, Any]]:
         """Rows of a score matrix as sorted (best first; ties by label index) label lists."""
-        from xtransformer.ranker.topk import Candidates, topk
+        from xtransformer.topk import Candidates, topk
 
         c = topk(Candidates.from_csr(pred), int(k))
         bounds = np.searchsorted(c.doc, np.arange(pred.shape[0] + 1))

@@ -5,11 +5,12 @@ from xtransformer.ranker.config import HierarchicalLinearConfig, RankerConfig
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.features import concat_features
 from xtransformer.ranker.hierarchical import HierarchicalLinear, level_targets
-from xtransformer.ranker.linear import LinearLevel, LinearRanker
+from xtransformer.ranker.level import LinearLevel
+from xtransformer.ranker.linear import LinearRanker
 from xtransformer.ranker.negatives import SCHEMES, binarize, negative_mask, tfn_mask
 from xtransformer.ranker.postprocess import POST_PROCESSORS, PostProcessor, get_post_processor
 from xtransformer.ranker.solver import SolverParams
-from xtransformer.ranker.topk import topk_csr
+from xtransformer.topk import topk_csr
 
 __all__ = [
     "HierarchicalLinear",

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.negatives import binarize
-from xtransformer.ranker.topk import Candidates, topk
+from xtransformer.topk import Candidates, topk
 from xtransformer.utils.io import load_json, save_json
 
 MERGES = ("max", "mean")

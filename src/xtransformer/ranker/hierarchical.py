@@ -27,10 +27,12 @@ from xtransformer.ranker.config import HierarchicalLinearConfig
 from xtransformer.ranker.copies import COPIES_DIR, LabelCopies
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.features import as_features
-from xtransformer.ranker.linear import LevelSpec, LinearLevel, load_model_meta, load_level, save_level, solver_params, train_levels
+from xtransformer.ranker.fit import LevelSpec, solver_params, train_levels
+from xtransformer.ranker.level import LinearLevel, load_level, save_level
+from xtransformer.ranker.linear import load_model_meta
 from xtransformer.ranker.negatives import binarize
 from xtransformer.ranker.postprocess import get_post_processor
-from xtransformer.ranker.topk import Candidates
+from xtransformer.topk import Candidates
 from xtransformer.utils.io import atomic_dir, save_json
 
 log = logging.getLogger(__name__)

@@ -71,7 +71,7 @@ class Block:
     """``T`` tasks stacked block-diagonally; rows and columns sorted by task.
 
     Arrays are numpy/scipy (float32): scipy's sparse-times-dense products release the GIL, so the
-    worker threads of ``linear._BlockTrainer`` run them in parallel. ``X^T @ U`` goes through the
+    worker threads of ``fit.BlockTrainer`` run them in parallel. ``X^T @ U`` goes through the
     transposed view (scipy's csc kernel, as fast here as a transposed copy, which would double
     the block's memory).
     """

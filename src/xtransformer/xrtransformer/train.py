@@ -242,7 +242,7 @@ def _weighted_linear_head(xcfg: XRTransformerConfig, mcfg: MatcherConfig, traine
     Solved with the ranker's Newton solver on (a sample of) the training documents, with weak
     regularisation (C = 100, as PECOS) and no pruning: the head is dense anyway.
     """
-    from xtransformer.ranker.linear import LinearLevel
+    from xtransformer.ranker.fit import train_level
     from xtransformer.ranker.solver import SolverParams
 
     tokens = dm.tokens[TRAIN_SPLIT]
@@ -256,8 +256,8 @@ def _weighted_linear_head(xcfg: XRTransformerConfig, mcfg: MatcherConfig, traine
     Y_sub = sp.csr_matrix(Y_train)[rows]
     targets = binarize(count_targets(Y_sub, level))
     mask = binarize(count_targets(Y_sub, parent))
-    lin, _ = LinearLevel.train(sp.csr_matrix(emb), targets, level.parents, mask,
-                               SolverParams(Cp=100.0, Cn=100.0), bias=1.0, threshold=0.0, batch_nnz=500_000, threads=2)
+    lin, _ = train_level(sp.csr_matrix(emb), targets, level.parents, mask,
+                        SolverParams(Cp=100.0, Cn=100.0), bias=1.0, threshold=0.0, batch_nnz=500_000, threads=2)
     W = lin.W.toarray()  # (H + 1) x K_t, bias weights last: dense by construction (no pruning)
     return np.ascontiguousarray(W[:-1].T, dtype=np.float32), W[-1].astype(np.float32) * np.float32(lin.bias)
 

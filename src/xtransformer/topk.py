@@ -1,4 +1,7 @@
-"""Scored (document, item) candidates and vectorised per-document top-k."""
+"""Scored (document, item) candidates and per-document top-k: the one top-k of the suite.
+
+Beam search, ensembles, prediction and the metrics all select their best items here.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from xtransformer.ranker.errors import RankerError
 
 
 @dataclass
@@ -29,6 +31,17 @@ class Candidates:
     def root(cls, n_docs: int, score: float) -> "Candidates":
         """Every document under the single root node."""
         return cls(np.arange(n_docs, dtype=np.int64), np.zeros(n_docs, np.int64), np.full(n_docs, score, np.float32), n_docs)
+
+    def to_padded(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(idx, vals)``, ``n_docs x k``, in stored order; missing slots are -1 / ``-inf``.
+        Expects at most ``k`` entries a document, grouped by document (as :func:`topk` returns)."""
+        idx = np.full((self.n_docs, k), -1, dtype=np.int64)
+        vals = np.full((self.n_docs, k), -np.inf, dtype=np.float32)
+        if len(self.doc):
+            pos = np.arange(len(self.doc)) - np.searchsorted(self.doc, self.doc, side="left")
+            idx[self.doc, pos] = self.item
+            vals[self.doc, pos] = self.score
+        return idx, vals
 
     def to_csr(self, n_items: int) -> sp.csr_matrix:
         order = np.lexsort((self.item, self.doc))
@@ -67,7 +80,7 @@ def topk(c: Candidates, k: int) -> Candidates:
     Ties keep the smaller item id first, so results are deterministic.
     """
     if k < 1:
-        raise RankerError(f"topk: k must be >= 1, got {k!r}")
+        raise ValueError(f"topk: k must be >= 1, got {k!r}")
     order = np.lexsort((c.item, -c.score, c.doc))
     doc = c.doc[order]
     start = np.searchsorted(doc, doc, side="left")

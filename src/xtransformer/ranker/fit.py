@@ -1,0 +1,145 @@
+"""Training levels of one-vs-all rankers: blocks of clusters solved in a pool of worker threads."""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from xtransformer.ranker.blocks import BlockData, build_block, make_groups, plan_batches
+from xtransformer.ranker.config import RankerConfig
+from xtransformer.ranker.level import LinearLevel
+from xtransformer.ranker.negatives import binarize
+from xtransformer.ranker.solver import Block, SolverParams, SolveStats, solve_block
+
+log = logging.getLogger(__name__)
+
+MAX_SLOTS = 16  # labels solved together: keeps the F_task x slots weight tensors cache-sized
+
+
+def solver_params(cfg: RankerConfig) -> SolverParams:
+    return SolverParams(loss=cfg.loss, Cp=cfg.Cp, Cn=cfg.Cn, eps=cfg.eps, max_iter=cfg.max_iter, max_cg_iter=cfg.max_cg_iter)
+
+
+@dataclass
+class LevelSpec:
+    """One level to train: targets ``Y`` (``N x L``), clusters ``C`` (``L x K``), negative mask (``N x K``)."""
+
+    Y: sp.csr_matrix
+    C: sp.csr_matrix
+    mask: sp.csr_matrix
+
+
+def train_levels(
+    X: sp.csr_matrix,
+    specs: list[LevelSpec],
+    params: SolverParams,
+    bias: float,
+    threshold: float,
+    batch_nnz: int,
+    threads: int,
+) -> list[tuple[LinearLevel, dict]]:
+    """Train independent levels together: their blocks share one pool of worker threads.
+
+    Sharing the pool balances the load: a level with one huge cluster (the root) runs on one
+    thread while the others work through the many clusters of the lower levels.
+    """
+    t0 = time.perf_counter()
+    F1 = X.shape[1] + (1 if bias > 0 else 0)
+    row_nnz = np.diff(X.indptr)
+    groups = [make_groups(spec.C, spec.mask) for spec in specs]
+    batches = [plan_batches(g, row_nnz, F1, batch_nnz) for g in groups]
+    n_blocks = sum(len(b) for b in batches)
+    most_labels = max(int(g.n_labels.max(initial=1)) for g in groups)
+    # with fewer blocks than threads, split each block's labels so that every thread works
+    slots = MAX_SLOTS if n_blocks >= threads else max(1, min(MAX_SLOTS, -(-most_labels // threads)))
+    trainer = BlockTrainer(params, threshold, threads, slots, n_tags=len(specs))
+    try:
+        for d, (spec, g, bs) in enumerate(zip(specs, groups, batches)):
+            for batch in bs:
+                trainer.submit(build_block(X, spec.Y, g, batch, params.Cp, params.Cn, bias), tag=d)
+    finally:
+        parts = trainer.finish()
+    out = []
+    for d, spec in enumerate(specs):
+        feats, labs, vals = parts[d]
+        W = sp.csc_matrix((vals, (feats, labs)), shape=(F1, spec.C.shape[0]), dtype=np.float32)
+        W.sort_indices()
+        info = vars(trainer.stats[d]) | {
+            "blocks": len(batches[d]),
+            "tasks": int(sum(len(b) for b in batches[d])),
+            "weights_nnz": int(W.nnz),
+            "mask_nnz": int(spec.mask.nnz),
+            "total_s": round(time.perf_counter() - t0, 3),
+        }
+        log.info("trained level %d: %d labels in %d clusters: %s", d, spec.C.shape[0], spec.C.shape[1], info)
+        out.append((LinearLevel(W, binarize(spec.C), float(bias)), info))
+    return out
+
+
+class BlockTrainer:
+    """Solves blocks in ``threads`` worker threads, a chunk of at most ``slots`` labels at a time.
+
+    Parallelism is coarse (one chunk per thread; scipy's sparse products and numpy's large
+    elementwise ops release the GIL): fine-grained intra-op threading collapses when other
+    processes share the cores, coarse chunks do not.
+    The caller builds the next block while the workers solve; at most ``threads`` chunks wait
+    in the queue, which bounds how many blocks are alive (memory).
+    """
+
+    def __init__(self, params: SolverParams, threshold: float, threads: int, slots: int, n_tags: int = 1):
+        self.params = params
+        self.threshold = threshold
+        self.slots = slots
+        self.threads = max(1, threads)
+        self.pool = ThreadPoolExecutor(self.threads)
+        self.pending: dict[Future, int] = {}  # chunk -> tag
+        self.stats = [SolveStats() for _ in range(n_tags)]
+        self.parts: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(n_tags)]
+
+    def submit(self, bd: BlockData, tag: int = 0) -> None:
+        block = Block.from_scipy(bd.X, bd.row_len, bd.col_len, bd.Y, bd.cost)
+        n = bd.Y.shape[1]
+        bounds = np.linspace(0, n, -(-n // self.slots) + 1).round().astype(int)  # even chunks
+        for j0, j1 in zip(bounds[:-1], bounds[1:]):  # loop over label chunks of one block (a few per cluster)
+            cols = slice(int(j0), int(j1))
+            self.pending[self.pool.submit(self._solve, bd, block.columns(cols), cols)] = tag
+            if len(self.pending) > self.threads:  # wait for any chunk: no head-of-line blocking
+                done, _ = wait(list(self.pending), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    self._collect(self.pending.pop(fut), fut)
+
+    def _solve(self, bd: BlockData, block: Block, cols: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray, SolveStats]:
+        W = solve_block(block, self.params)
+        slot_label = bd.slot_label[:, cols]
+        col_task = bd.col_task
+        f, j = np.nonzero((np.abs(W) >= self.threshold) & (slot_label[col_task] >= 0))
+        return bd.col_feature[f], slot_label[col_task[f], j], W[f, j], block.stats
+
+    def _collect(self, tag: int, fut) -> None:
+        feats, labs, vals, stats = fut.result()
+        self.parts[tag].append((feats, labs, vals))
+        self.stats[tag].add(stats)
+
+    def finish(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Wait for every chunk; the (feature, label, weight) triplets of each tag."""
+        try:
+            for fut in list(self.pending):
+                self._collect(self.pending.pop(fut), fut)
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+        return [
+            tuple(np.concatenate([p[i] for p in parts]) for i in range(3)) if parts else empty  # type: ignore[misc]
+            for parts in self.parts
+        ]
+
+
+def train_level(X: sp.csr_matrix, Y: sp.csr_matrix, C: sp.csr_matrix, mask: sp.csr_matrix, params: SolverParams,
+                bias: float, threshold: float, batch_nnz: int, threads: int) -> tuple[LinearLevel, dict]:
+    """Train every label of ``C`` on the rows its cluster selects in ``mask``."""
+    return train_levels(X, [LevelSpec(Y, C, mask)], params, bias, threshold, batch_nnz, threads)[0]

@@ -1,0 +1,104 @@
+"""One level of one-vs-all linear rankers: weights ``W`` over clusters ``C``, scored on a beam.
+
+The shared core of XR-Linear's levels (``hierarchical.py``) and the neural path's ranker
+(``linear.py``). Training is ``fit.train_levels``; the scoring layout is ``scoring.PairScorer``.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from xtransformer.ranker.errors import RankerError
+from xtransformer.ranker.postprocess import PostProcessor
+from xtransformer.ranker.scoring import PairScorer, pair_chunks
+from xtransformer.topk import Candidates, concat, dedupe_max, topk, topk_pairs
+from xtransformer.utils.io import load_csr, load_json, save_csr, save_json
+
+
+@dataclass(eq=False)
+class LinearLevel:
+    """OVA weights of one level: ``W`` (``(F + has_bias) x L``) and clusters ``C`` (``L x K``)."""
+
+    W: sp.csc_matrix
+    C: sp.csr_matrix
+    bias: float
+    _scorer: "PairScorer | None" = field(default=None, repr=False)
+
+    @property
+    def n_features(self) -> int:
+        return self.W.shape[0] - (1 if self.bias > 0 else 0)
+
+    @property
+    def n_labels(self) -> int:
+        return self.W.shape[1]
+
+    @property
+    def n_clusters(self) -> int:
+        return self.C.shape[1]
+
+    def _get_scorer(self) -> PairScorer:
+        if self._scorer is None:
+            self._scorer = PairScorer(self.W, self.C, self.bias)
+        return self._scorer
+
+    def prepare(self) -> "LinearLevel":
+        """Build the scoring layout and load the compiled loop now (a loaded model's first
+        prediction is then as fast as the next)."""
+        self._get_scorer().warm_up()
+        return self
+
+    def score(
+        self, X: sp.csr_matrix, parents: Candidates, post: PostProcessor, keep: int, threads: int = 1
+    ) -> Candidates:
+        """Score the labels of every (document, cluster) pair in ``parents``; keep ``keep`` per doc.
+
+        ``parents.score`` must already be in the post-processor's combined space.
+        """
+        if X.shape[1] != self.n_features:
+            raise RankerError(f"ranker: `X` has {X.shape[1]} features but the model was trained on {self.n_features}")
+        if len(parents.item) and (parents.item.max() >= self.n_clusters or parents.item.min() < 0):
+            raise RankerError(f"ranker: shortlist cluster ids must lie in [0, {self.n_clusters})")
+        scorer = self._get_scorer()
+        chunks = pair_chunks(parents, np.diff(X.indptr), scorer.n_max)
+        hard = bool(np.all(np.diff(self.C.indptr) == 1))
+
+        def run(sel: slice) -> Candidates:
+            doc, node, parent = parents.doc[sel], parents.item[sel], parents.score[sel]
+            raw = scorer.pair_scores(X, doc, node)
+            labels = scorer.slot_label[node]
+            final = post.combine(raw, parent[:, None])
+            if hard:
+                return topk_pairs(doc, final, labels, parents.n_docs, keep)
+            valid = labels >= 0  # a label under several kept clusters: keep its best score once
+            c = Candidates(np.broadcast_to(doc[:, None], labels.shape)[valid], labels[valid], final[valid], parents.n_docs)
+            return topk(dedupe_max(c), keep)
+
+        if threads > 1 and len(chunks) > 1:
+            with ThreadPoolExecutor(threads) as pool:  # scipy's sparse products release the GIL
+                parts = list(pool.map(run, chunks))
+        else:
+            parts = [run(s) for s in chunks]
+        return concat(parts, parents.n_docs)
+
+
+def save_level(level: LinearLevel, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    save_csr(level.W.tocsr(), folder / "W.npz")
+    save_csr(level.C, folder / "C.npz")
+    save_json({"bias": level.bias, "n_features": level.n_features}, folder / "level.json")
+
+
+def load_level(folder: Path) -> LinearLevel:
+    for name in ("W.npz", "C.npz", "level.json"):
+        if not (folder / name).is_file():
+            raise RankerError(f"{folder}: missing {name}; not a saved ranker level")
+    meta = load_json(folder / "level.json")
+    level = LinearLevel(load_csr(folder / "W.npz").tocsc(), load_csr(folder / "C.npz"), float(meta["bias"]))
+    if level.n_features != int(meta["n_features"]) or level.C.shape[0] != level.n_labels:
+        raise RankerError(f"{folder}: W {level.W.shape} and C {level.C.shape} do not match level.json {meta}")
+    return level.prepare()  # a loaded level is there to predict

@@ -1,0 +1,97 @@
+"""The scoring layout of one level: raw scores of (document, cluster) pairs for every label slot.
+
+Scoring a shortlist runs one compiled loop per chunk of documents (``kernels.pair_scores``) over
+a feature-major copy of ``W``: each document's nonzeros meet the weight rows of the clusters in
+its beam, written straight into a dense ``pairs x labels-per-cluster`` block, with no Python loop
+over clusters or documents and no sparse intermediate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from xtransformer.ranker.blocks import ranges
+from xtransformer.topk import Candidates
+
+DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see PairScorer.pair_scores)
+SCORE_CHUNK_COST = 4_000_000  # document nonzeros per pair plus (pair, slot) cells per scoring chunk
+
+
+class PairScorer:
+    """Raw scores of (document, cluster) pairs for every label slot of the cluster.
+
+    The level's weights in the feature-major layout of :func:`kernels.pair_scores`: one row per
+    (feature, cluster) that holds a weight, listing the (weight, slot) entries of the cluster's
+    labels (slot ``j`` of cluster ``k`` is label ``slot_label[k, j]``). Row and entry fields are
+    interleaved so that one cache line serves both. Built in linear time by scipy (a column gather
+    and a csc -> csr conversion); about the size of ``W`` itself.
+    """
+
+    def __init__(self, W: sp.csc_matrix, C: sp.csr_matrix, bias: float):
+        Cc = C.tocsc()
+        Cc.sort_indices()
+        self.K, self.F1, self.bias = C.shape[1], W.shape[0], float(bias)
+        sizes = np.diff(Cc.indptr)
+        self.n_max = max(int(sizes.max(initial=0)), 1)
+        k_of = np.repeat(np.arange(self.K, dtype=np.int64), sizes)  # per (cluster, label) entry
+        j_of = ranges(np.zeros(self.K), sizes)
+        l_of = Cc.indices.astype(np.int64)
+        self.slot_label = np.full((self.K, self.n_max), -1, dtype=np.int64)
+        self.slot_label[k_of, j_of] = l_of
+        # columns in (cluster, slot) order, then feature-major: each feature's entries come grouped by cluster
+        Wf = sp.csc_matrix(W)[:, l_of].tocsr()
+        Wf.sort_indices()
+        feat = np.repeat(np.arange(self.F1, dtype=np.int64), np.diff(Wf.indptr))
+        clus = k_of[Wf.indices]
+        starts = np.flatnonzero(np.r_[True, (feat[1:] != feat[:-1]) | (clus[1:] != clus[:-1])]) if Wf.nnz else np.zeros(0, np.int64)
+        idx = np.int32 if Wf.nnz < 2**31 - 1 else np.int64
+        self.rows = np.empty((len(starts) + 1, 2), dtype=idx)
+        self.rows[:-1, 0], self.rows[:-1, 1] = clus[starts], starts
+        self.rows[-1] = (-1, Wf.nnz)
+        self.feat_ptr = np.searchsorted(feat[starts], np.arange(self.F1 + 1)).astype(idx)
+        self.entries = np.empty((Wf.nnz, 2), dtype=np.float32)  # (weight, slot): slots < 2^24 are exact
+        self.entries[:, 0], self.entries[:, 1] = Wf.data, j_of[Wf.indices]
+        # a small level (few labels, e.g. the top of the tree) is also kept as a dense F x L array:
+        # when the beams cover most of its clusters, one csr @ dense product scores them fastest
+        # (C order: scipy's csr @ dense copies a Fortran-ordered operand on every call)
+        self.W_dense = np.ascontiguousarray(W.toarray()) if self.F1 * W.shape[1] * 4 <= DENSE_BYTES else None
+
+    def warm_up(self) -> None:
+        empty = np.zeros(0, np.int64)
+        self.pair_scores(sp.csr_matrix((1, self.F1 - (1 if self.bias > 0 else 0)), dtype=np.float32), empty, empty)
+
+    def pair_scores(self, X: sp.csr_matrix, doc: np.ndarray, node: np.ndarray) -> np.ndarray:
+        """Raw scores ``P x n_max`` of the label slots of clusters ``node`` for documents ``doc`` (grouped)."""
+        from xtransformer.ranker.kernels import pair_scores  # numba loads with the first scoring only
+
+        starts = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]]) if len(doc) else np.zeros(0, np.int64)
+        if self.W_dense is not None and 2 * len(doc) >= self.K * len(starts):  # beams hold most clusters
+            F = self.F1 - (1 if self.bias > 0 else 0)
+            docs = doc[starts]
+            every = len(docs) == X.shape[0] and docs[-1] == len(docs) - 1  # sorted unique: all rows in order
+            full = (X if every else X[docs]) @ self.W_dense[:F]
+            if self.bias > 0:
+                full += np.float32(self.bias) * self.W_dense[F]
+            slots = self.slot_label[node]
+            out = full[np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(doc)]))[:, None], np.maximum(slots, 0)]
+            out[slots < 0] = 0.0
+            return out
+        out = np.zeros((len(doc), self.n_max), dtype=np.float32)
+        pair_scores(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int32, copy=False), X.data,
+                    doc.astype(np.int64, copy=False), node.astype(np.int64, copy=False), self.feat_ptr, self.rows,
+                    self.entries, self.F1 - 1, np.float32(self.bias), self.K, out)
+        return out
+
+
+def pair_chunks(parents: Candidates, row_nnz: np.ndarray, n_max: int) -> list[slice]:
+    """Split the (doc-grouped) pairs into slices of about ``SCORE_CHUNK_COST`` work, cut between documents."""
+    P = len(parents.doc)
+    if P == 0:
+        return []
+    cum = np.cumsum(row_nnz[parents.doc].astype(np.int64) + n_max)
+    starts = np.flatnonzero(np.r_[True, parents.doc[1:] != parents.doc[:-1]])
+    chunk_of_doc = (cum[starts] - cum[starts[0]]) // SCORE_CHUNK_COST
+    cuts = starts[np.r_[True, chunk_of_doc[1:] != chunk_of_doc[:-1]]]
+    bounds = np.r_[cuts, P]
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
