@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.workdata import prepare_dataset  # noqa: E402
 from xtransformer.indexing import IndexingConfig, build_index, cluster_counts, overlap_summary, reassign  # noqa: E402
 from xtransformer.metrics import evaluate, propensity  # noqa: E402
+from xtransformer.utils.io import save_csr  # noqa: E402
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig  # noqa: E402
 from xtransformer.xrtransformer.model import final_features  # noqa: E402
 
@@ -52,7 +53,7 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def measure(model: HierarchicalLinear, X, Y, inv_prop, repeats: int) -> tuple[dict, dict]:
+def measure(model: HierarchicalLinear, X, Y, inv_prop, repeats: int, save: Path | None = None) -> tuple[dict, dict]:
     """Scores under each merge (one prediction pass per merge) and the best predict time (merge max)
     over at least ``repeats`` passes and ``MIN_TIMED_S`` seconds (small dev sets predict in ms)."""
     merges = ("max",) if model.copies is None else ("max", "mean")
@@ -69,6 +70,8 @@ def measure(model: HierarchicalLinear, X, Y, inv_prop, repeats: int) -> tuple[di
             if merge == "max":
                 best, best_cpu = min(best, took), min(best_cpu, cpu)
         m = evaluate(Y, pred, inv_propensity=inv_prop)
+        if save is not None:
+            save_csr(pred, save.with_name(f"{save.name}-{merge}.npz"))
         scores[merge] = {k: round(float(m[k]), 2) for k in KEYS}
     if model.copies is not None:
         model.copies.merge = "max"
@@ -91,13 +94,13 @@ def render(rows: list[dict], meta: dict) -> str:
              + (f"XR-Linear (`HierarchicalLinearConfig` defaults: tfn, beam {meta['beam']}, {meta['threads']} threads), "
                 if not meta.get("embeddings") else
                 f"XR-Transformer's final model (XR-Linear on TF-IDF ⊕ the fine-tuned encoder's embeddings `{meta['embeddings']}`, "
-                f"tree re-clustered on PIFA of those features; tfn, pruned at {meta['threshold']}, beam {meta['beam']}, "
+                f"tree re-clustered on PIFA of those features; {meta.get('negatives', 'tfn')}, pruned at {meta['threshold']}, beam {meta['beam']}, "
                 f"{meta['threads']} threads), ")
              + 
              f"counts from the λ = 1 model's beam search (width {meta['beam']}) over {meta['n_train']} training docs "
              f"({meta['search_s']} s); cap = `max_cluster_growth` (none: the paper's/PECOS's uncapped walk). "
-             "Run niced (`nice -n 19`) on a shared 2-core machine under heavy load from other jobs: wall "
-             "seconds and docs/s swing by several x; CPU seconds (`time.process_time`, all threads) are the "
+             "Run on a shared 2-core machine beside other jobs: wall "
+             "seconds and docs/s swing with the load; CPU seconds (`time.process_time`, all threads) are the "
              "cost measure, and the × column compares prediction CPU per document with λ = 1.",
              "", head, "|" + "---|" * (head.count("|") - 1)]
     base = rows[0]
@@ -141,6 +144,9 @@ def main() -> None:
     ap.add_argument("--min-count", type=int, default=1)
     ap.add_argument("--embeddings", type=Path, default=None,
                     help="folder of <split>.npy embeddings: the features become TF-IDF ⊕ embeddings (XR-Transformer's final model)")
+    ap.add_argument("--negatives", default="tfn", help="tfn | man | tfn+man (XR-Transformer's final model: tfn+man)")
+    ap.add_argument("--save-predictions", type=Path, default=None,
+                    help="folder for each row's eval-split predictions (lambda<k>-<cap>-<merge>.npz), e.g. to combine with another model")
     ap.add_argument("--threshold", type=float, default=0.1, help="weight pruning (XR-Linear 0.1; XR-Transformer's final model 0.01)")
     ap.add_argument("--predict-repeats", type=int, default=3)
     ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work" / "disentangle")
@@ -163,7 +169,7 @@ def main() -> None:
     icfg = IndexingConfig(n_clusters=args.n_clusters or None, max_leaf_size=None if args.n_clusters else MAX_LEAF_SIZE,
                           threads=args.threads)
     xcfg = HierarchicalLinearConfig(threads=args.threads, beam_size=args.beam, topk=args.topk, threshold=args.threshold,
-                                    features="tfidf" if args.embeddings is None else "tfidf+neural")
+                                    negatives=args.negatives, features="tfidf" if args.embeddings is None else "tfidf+neural")
     chain, _ = build_index(icfg, Ytr, X_train_tfidf=Xtr)
     chain = list(chain.subsample(NR_SPLITS))
     out = args.out or ROOT / "benchmarks" / "results" / f"disentangle-{Path(args.dataset).name}"
@@ -171,9 +177,9 @@ def main() -> None:
     meta = {"dataset": problem.name, "eval_split": problem.eval_split, "n_eval": int(Xev.shape[0]),
             "n_train": int(Xtr.shape[0]), "n_labels": int(Ytr.shape[1]), "n_clusters": int(chain[-1].shape[1]),
             "level_sizes": [int(c.shape[0]) for c in chain], "beam": args.beam, "threads": args.threads,
-            "max_cluster_growth": cap, "min_count": args.min_count, "nice": "nice -n 19",
+            "max_cluster_growth": cap, "min_count": args.min_count,
             "features": xcfg.features, "embeddings": str(args.embeddings) if args.embeddings else None,
-            "threshold": args.threshold}
+            "threshold": args.threshold, "negatives": args.negatives}
     M = counts = None
     t_base = 0.0
     for lam, growth in runs:
@@ -192,7 +198,8 @@ def main() -> None:
             M = model.predict_clusters(Xtr, args.beam)
             counts = cluster_counts(Ytr, M)
             meta["search_s"] = round(time.perf_counter() - t0, 1)
-        scores, speed = measure(model, Xev, Yev, inv_prop, args.predict_repeats)
+        save = args.save_predictions / f"lambda{lam}-{growth or 'uncapped'}" if args.save_predictions else None
+        scores, speed = measure(model, Xev, Yev, inv_prop, args.predict_repeats, save)
         row = {"n_copies": lam, "cap": growth if lam > 1 else None, "scores": scores, **speed, "train_s": round(t_train, 1), "train_cpu_s": round(c_train, 1),
                "train_total_s": round(t_base + meta["search_s"] + t_reassign + t_train, 1) if lam > 1 else round(t_train, 1),
                "model_bytes": model_bytes(model), **overlap_summary(C),

@@ -27,7 +27,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 # name -> (what it tests, overrides on top of the base run)
 VARIANTS: dict[str, tuple[str, list[str]]] = {
-    "full": ("multi-level, inherited heads, shortlist loss, TF-IDF ⊕ neural, re-clustered tree", []),
+    "full": ("multi-level, inherited heads, shortlist loss, TF-IDF ⊕ neural, re-clustered tree, final model on TFN + MAN", []),
     "one_level": ("one level (the finest, dense loss) with the same total steps", ["xrtransformer.levels=last"]),
     "fresh": ("fresh (random) heads at every level", ["xrtransformer.bootstrap=fresh"]),
     "weighted_linear": ("heads solved on the previous level's embeddings (eq. 11)",
@@ -37,10 +37,11 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "same_tree": ("final model on the fine-tuning tree (no re-clustering)", ["xrtransformer.final.tree=same"]),
     "head_average": ("prediction also averages the label-level head's scores (final.combine_head)",
                      ["xrtransformer.final.combine_head=average"]),
-    "threshold_0.001": ("final model pruned at abs(w) < 0.001 (PECOS's XR-Transformer ranker) instead of 0.1",
+    "threshold_0.001": ("final model pruned at abs(w) < 0.001 (PECOS's XR-Transformer ranker) instead of 0.01",
                         ["xrtransformer.final.model.threshold=0.001"]),
-    "threshold_0.01": ("final model pruned at abs(w) < 0.01", ["xrtransformer.final.model.threshold=0.01"]),
-    "final_man": ("final model trained on TFN + matcher-aware negatives", ["xrtransformer.final.model.negatives=tfn+man"]),
+    "threshold_0.1": ("final model pruned at abs(w) < 0.1 (XR-Linear's)", ["xrtransformer.final.model.threshold=0.1"]),
+    "final_tfn": ("final model trained on TFN negatives only (no negatives from its own beam)",
+                  ["xrtransformer.final.model.negatives=tfn"]),
 }
 
 

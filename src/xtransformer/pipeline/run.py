@@ -1,4 +1,8 @@
-"""The whole X-Transformer run: data -> TF-IDF -> indexing -> matcher -> ranker -> metrics.
+"""One run of a method (``xtransformer``, ``xrtransformer`` or ``xrlinear``), data to model folder.
+
+data -> TF-IDF -> XR-Linear (always for ``xrlinear``; beside the neural methods when
+``train_xrlinear``) -> label tree -> either the matcher and its ranker (X-Transformer) or the
+level-by-level fine-tuning and the final linear model (XR-Transformer) -> metrics.
 
 Each stage is a small function in ``stages.py`` whose artifacts are cached under a key of the
 settings that influence them (``cache.py``). This module composes them from a Hydra config and

@@ -114,7 +114,7 @@ def dual_cd_squared_hinge(indptr, indices, data, row_start, row_len, col_start, 
                 qd[i] = xx[i] + 0.5 / cost[r0 + i, j]
                 index[i] = i
             state = np.uint64(seed * 1000003 + t * 7919 + j + 1) * np.uint64(0x9E3779B97F4A7C15) | np.uint64(1)
-            pg_max_old, pg_min_old = np.inf, -np.inf
+            pg_max_old = np.inf  # the squared hinge's dual has no upper bound: only alpha = 0 shrinks
             active = nr
             it = 0
             while it < max_iter:
@@ -158,10 +158,9 @@ def dual_cd_squared_hinge(indptr, indices, data, row_start, row_len, col_start, 
                     if active == nr:
                         break
                     active = nr  # converged on the shrunk set: check every row once more
-                    pg_max_old, pg_min_old = np.inf, -np.inf
+                    pg_max_old = np.inf
                     continue
                 pg_max_old = pg_max_new if pg_max_new > 0 else np.inf
-                pg_min_old = pg_min_new if pg_min_new < 0 else -np.inf
             passes[t, j] = it
             for c in range(nc):
                 W[c0 + c, j] = w[c]
