@@ -18,7 +18,7 @@ from xtransformer.indexing import (
     random_balanced_codes,
     resolve_n_clusters,
 )
-from xtransformer.indexing import kmeans_level
+from xtransformer.indexing.kmeans_level import split_level
 from xtransformer.indexing.synthetic import planted_label_features
 
 
@@ -102,18 +102,38 @@ def test_deterministic_under_seed_and_threads(planted) -> None:
     assert a != hierarchical_kmeans(X, n_clusters=32, seed=4, threads=1)
 
 
-@pytest.mark.parametrize("grid_min, grid_max", [(0, 0), (0, 1 << 26)])  # pairs only; grid, then pairs
-def test_sharded_and_pair_layouts(planted, monkeypatch, grid_min: int, grid_max: int) -> None:
+@pytest.mark.parametrize("threads", [2, 8])
+def test_node_parallel_and_row_parallel_levels_give_the_same_tree(planted, threads: int) -> None:
+    """Levels with fewer nodes than 2 x threads split each node's scoring over rows; the others
+    run groups of nodes in threads: either way each node's split is the serial one."""
     X, groups = planted
-    monkeypatch.setattr(kmeans_level, "_SHARD_NNZ", 2000)  # many row shards
-    monkeypatch.setattr(kmeans_level, "_GRID_CELLS_MIN", grid_min)
-    monkeypatch.setattr(kmeans_level, "_GRID_CELLS_MAX", grid_max)
     one = hierarchical_kmeans(X, n_clusters=64, seed=0, threads=1)
-    two = hierarchical_kmeans(X, n_clusters=64, seed=0, threads=2)
-    assert one == two
+    assert one == hierarchical_kmeans(X, n_clusters=64, seed=0, threads=threads)
     assert_valid_tree(one, X.shape[0], 64)
     four = group_purity(one.label_to_level(3).indices, groups)  # 16 nodes at level 4
     assert four > PLANTED_PURITY
+
+
+@pytest.mark.parametrize("branching", [2, 3])
+def test_split_level_on_hand_built_nodes(branching: int) -> None:
+    """Two nodes of obvious groups (one feature per group): each child gets its quota of the
+    rows of one group, whatever the seeds."""
+    rows, cols = [], []
+    groups = [0, 0, 1, 1, 1, 0] if branching == 2 else [0, 1, 2, 2, 1, 0]
+    for node in range(2):
+        for g in groups:
+            rows.append(len(rows))
+            cols.append(node * 3 + g)
+    X = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(rows), 6))
+    caps = np.array([[3, 3, 0]] * 2 if branching == 2 else [[2, 2, 2]] * 2)[:, :branching]
+    seeds = np.array([[0, 2, 1]] * 2)[:, :branching] if branching == 3 else np.array([[0, 2]] * 2)
+    assign, iters = split_level(X, np.arange(12), np.array([0, 6, 12]), caps, seeds, max_iter=20, threads=1)
+    for node in range(2):
+        a = assign[node * 6:(node + 1) * 6]
+        for g in range(branching):  # rows of one group share one child, children have their quotas
+            assert len(set(a[np.array(groups) == g])) == 1
+        np.testing.assert_array_equal(np.bincount(a, minlength=branching), caps[node])
+    assert (iters >= 2).all()  # the seeded assignment, then one that changes nothing
 
 
 def test_recovers_planted_groups_better_than_random(planted) -> None:

@@ -38,14 +38,12 @@ import scipy.sparse as sp
 
 from xtransformer.indexing.chain import ClusterChain, codes_to_csr
 from xtransformer.indexing.errors import IndexingError
-from xtransformer.indexing.kmeans_level import CellIndex, LevelBackend, SparseLevel, Workers, make_backend
+from xtransformer.indexing.kmeans_level import split_level
 
 log = logging.getLogger(__name__)
 
 # Rows whose l2 norm is off by more than this are renormalised (on a copy).
 _NORM_TOL = 1e-3
-# Drop converged nodes from a level's working set once the rows still moving fall below this share.
-_COMPACT_FRACTION = 0.5
 
 
 def default_n_clusters(n_labels: int) -> int:
@@ -168,10 +166,9 @@ def hierarchical_kmeans(
     levels = tree_levels(n_labels, k, branching)
     rng = np.random.default_rng(seed)
     perm = np.arange(n_labels)
-    cells: CellIndex | None = None
-    with Workers(n_threads) as pool:
-        for parent_level, child_level in zip(levels[:-1], levels[1:]):
-            perm, cells = _split_level(X, perm, cells, parent_level, child_level, k, branching, rng, max_iter, pool)
+    X = X if sp.issparse(X) else sp.csr_matrix(X)  # dense rows (embeddings) take the same kernel
+    for parent_level, child_level in zip(levels[:-1], levels[1:]):
+        perm = _split_level(X, perm, parent_level, child_level, k, branching, rng, max_iter, n_threads)
     codes = np.empty(n_labels, dtype=np.int64)
     codes[perm] = np.repeat(np.arange(k), np.diff(label_bound(np.arange(k + 1), n_labels, k)))
     mats = [codes_to_csr(lvl.parent, prev.n_nodes) for prev, lvl in zip(levels[:-1], levels[1:])]
@@ -179,24 +176,22 @@ def hierarchical_kmeans(
 
 
 def _split_level(
-    X: sp.csr_matrix | np.ndarray,
+    X: sp.csr_matrix,
     perm: np.ndarray,
-    cells: CellIndex | None,
     parents: TreeLevel,
     children: TreeLevel,
     n_clusters: int,
     branching: int,
     rng: np.random.Generator,
     max_iter: int,
-    pool: Workers,
-) -> tuple[np.ndarray, CellIndex | None]:
-    """Split every node of ``parents`` into its children; return the new label order and the
-    level's cell index (sparse features) for the next level."""
+    threads: int,
+) -> np.ndarray:
+    """Split every node of ``parents`` into its children; return the new label order."""
     n_labels = len(perm)
     n_child = np.bincount(children.parent, minlength=parents.n_nodes)
     splitting = np.flatnonzero(n_child >= 2)
     if splitting.size == 0:
-        return perm, cells
+        return perm
     start = label_bound(parents.leaf_lo[splitting], n_labels, n_clusters)
     size = label_bound(parents.leaf_hi[splitting], n_labels, n_clusters) - start
     node = np.repeat(np.arange(len(splitting)), size)
@@ -211,102 +206,22 @@ def _split_level(
     caps = np.zeros((len(splitting), branching), dtype=np.int64)
     sel = child_node >= 0
     caps[child_node[sel], j[sel]] = child_size[sel]
+    # Seeds: the first n_children rows of a random order within each node, one per child.
+    node_start = np.searchsorted(node, np.arange(len(splitting) + 1))
+    order = _rank_within_nodes(rng.random(len(node)), node)
+    rank = np.arange(len(node)) - node_start[node]
+    first = rank < branching
+    seeds = np.zeros((len(splitting), branching), dtype=np.int64)
+    seeds[node[first], rank[first]] = order[first] - node_start[node[first]]
 
     labels = perm[pos]
     t0 = time.perf_counter()
-    backend = make_backend(X, labels, node, (caps > 0).sum(axis=1), branching, pool, cells)
-    assign, n_iter = balanced_kmeans(backend, node, caps, rng, max_iter)
-    log.debug(
-        "level with %d splitting nodes, %d labels: %d iterations, %.2fs",
-        len(splitting), len(labels), n_iter, time.perf_counter() - t0,
-    )
+    assign, n_iter = split_level(X, labels, node_start, caps, seeds, max_iter, threads)
+    log.debug("level with %d splitting nodes, %d labels: at most %d iterations, %.2fs",
+              len(splitting), len(labels), int(n_iter.max()), time.perf_counter() - t0)
     new_perm = perm.copy()
     new_perm[pos] = labels[np.argsort(node * branching + assign, kind="stable")]  # children contiguous, in order
-    next_cells = backend.cell_index(labels, assign) if isinstance(backend, SparseLevel) else None
-    return new_perm, next_cells
-
-
-def balanced_kmeans(
-    backend: LevelBackend,
-    node: np.ndarray,
-    caps: np.ndarray,
-    rng: np.random.Generator,
-    max_iter: int,
-) -> tuple[np.ndarray, int]:
-    """Child index of each row for many independent balanced k-means problems at once.
-
-    ``backend`` holds the rows; ``node`` (sorted) says which problem a row belongs to;
-    ``caps[n, b]`` is the exact size of child ``b`` of problem ``n`` (0 where it has fewer
-    children). Also returns the number of assignments made by the slowest-converging problem.
-    """
-    n_nodes, branching = caps.shape
-    node_start = np.searchsorted(node, np.arange(n_nodes))
-    n_children = (caps > 0).sum(axis=1)
-
-    # Seeds: n_children distinct random rows per node, each the initial centroid of one child.
-    order = _rank_within_nodes(rng.random(len(node)), node)
-    rank = np.arange(len(node)) - node_start[node]
-    is_seed = rank < n_children[node]
-    seeded = np.full(len(node), -1, dtype=np.int64)
-    seeded[order[is_seed]] = rank[is_seed]
-    backend.assign(seeded)
-    assign = _assign(backend.scores(), node, node_start, caps, n_children)
-
-    # Refine; converged nodes are fixed points, so dropping them changes no result.
-    rows = np.arange(len(node))  # working rows (whole nodes) of the level
-    w_node, w_start, w_caps, w_nch = node, node_start, caps, n_children
-    n_iter = 1
-    for _ in range(max_iter - 1):
-        n_iter += 1
-        cur = assign[rows]
-        backend.assign(cur)
-        new = _assign(backend.scores(), w_node, w_start, w_caps, w_nch)
-        changed = np.zeros(len(w_caps), dtype=bool)
-        changed[w_node[new != cur]] = True
-        assign[rows] = new
-        if not changed.any():
-            break
-        if changed[w_node].sum() < _COMPACT_FRACTION * len(rows):  # drop converged nodes
-            node_map = np.where(changed, np.cumsum(changed) - 1, -1)
-            row_mask = changed[w_node]
-            w_caps, w_nch = w_caps[changed], w_nch[changed]
-            backend = backend.take(row_mask, node_map, w_nch)
-            rows, w_node = rows[row_mask], node_map[w_node[row_mask]]
-            w_start = np.searchsorted(w_node, np.arange(len(w_caps)))
-    return assign, n_iter
-
-
-def _assign(
-    scores: np.ndarray, node: np.ndarray, node_start: np.ndarray, caps: np.ndarray, n_children: np.ndarray
-) -> np.ndarray:
-    """Balanced assignment: peel child ``b`` = the ``caps[:, b]`` rows most in favour of ``b`` over later children.
-
-    One stable sort per peel on ``node * 8 - key`` ranks rows within their node (scores are
-    cosines, so keys lie in [-2, 2]; +-3 mark "last child left" / "taken"); ties keep row order.
-    """
-    n, branching = scores.shape
-    rank = np.arange(n) - node_start[node]  # a node-preserving sort leaves node[order] == node
-    if branching == 2:  # every splitting node has exactly two children
-        order = _rank_within_nodes(scores[:, 0].astype(np.float64) - scores[:, 1], node)
-        assign = np.empty(n, dtype=np.int64)
-        assign[order] = rank >= caps[node, 0]
-        return assign
-    s = scores.astype(np.float64)
-    s[np.arange(branching)[None, :] >= n_children[node][:, None]] = -np.inf
-    assign = np.full(n, -1, dtype=np.int64)
-    for b in range(branching - 1):
-        if not (n_children > b + 1).any():
-            break
-        rest = s[:, b + 1 :].max(axis=1)
-        with np.errstate(invalid="ignore"):
-            key = np.where(np.isneginf(rest), 3.0, np.clip(s[:, b] - rest, -2.5, 2.5))
-        key[assign >= 0] = -3.0
-        order = _rank_within_nodes(key, node)
-        pick = order[rank < caps[node, b]]
-        assign[pick] = b
-    rest_rows = assign < 0
-    assign[rest_rows] = n_children[node[rest_rows]] - 1
-    return assign
+    return new_perm
 
 
 def _rank_within_nodes(key: np.ndarray, node: np.ndarray) -> np.ndarray:

@@ -26,7 +26,6 @@ import scipy.sparse as sp
 
 from xtransformer.indexing.chain import ClusterChain, codes_to_csr
 from xtransformer.indexing.errors import IndexingError
-from xtransformer.indexing.kmeans_level import number_pairs
 from xtransformer.utils.io import atomic_path
 
 # Figure 1's threshold: a label / cluster with more than this many training instances is "head".
@@ -212,3 +211,21 @@ def _unit_rows(X: sp.spmatrix | np.ndarray) -> tuple[sp.spmatrix | np.ndarray, i
     if sp.issparse(X):
         return sp.csr_matrix(sp.diags(inv) @ X), int(nonzero.sum())
     return X * inv[:, None], int(nonzero.sum())
+
+
+def number_pairs(node_of_nnz: np.ndarray, cols: np.ndarray, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Number the (node, feature) pairs that occur, node-major; return each nonzero's pair and each pair's node.
+
+    One sort of the ``node * n_cols + feature`` keys (equal keys get equal ids, so the sort need
+    not be stable for the result to be deterministic).
+    """
+    key = node_of_nnz.astype(np.int64) * n_cols + cols
+    order = np.argsort(key)
+    sorted_key = key[order]
+    first = np.empty(len(key), dtype=bool)
+    first[:1] = True
+    np.not_equal(sorted_key[1:], sorted_key[:-1], out=first[1:])
+    dtype = np.int32 if len(key) < np.iinfo(np.int32).max else np.int64
+    pair = np.empty(len(key), dtype=dtype)
+    pair[order] = np.cumsum(first, dtype=dtype) - 1
+    return pair, sorted_key[first] // n_cols
