@@ -39,6 +39,7 @@ import scipy.sparse as sp
 from xtransformer.indexing.chain import ClusterChain, codes_to_csr
 from xtransformer.indexing.errors import IndexingError
 from xtransformer.indexing.kmeans_level import split_level
+from xtransformer.utils.rows import row_sq_norms
 
 log = logging.getLogger(__name__)
 
@@ -236,10 +237,7 @@ def _check_features(features: sp.spmatrix | np.ndarray) -> sp.csr_matrix | np.nd
         # produces duplicate entries, so stored values are taken as they are.
         X = sp.csr_matrix(features, dtype=np.float32)
         data = X.data
-        sq = np.zeros(X.shape[0])
-        nz_rows = np.flatnonzero(np.diff(X.indptr))
-        if nz_rows.size:
-            sq[nz_rows] = np.add.reduceat(data * data, X.indptr[nz_rows], dtype=np.float64)
+        sq = row_sq_norms(X)
     elif isinstance(features, np.ndarray):
         if features.ndim != 2:
             raise IndexingError(f"`features` must be 2-D (labels x dims), got shape {features.shape}")

@@ -130,7 +130,9 @@ def label_representation(
 def pifa(Yw: sp.csr_matrix, X: sp.spmatrix | np.ndarray) -> sp.csr_matrix | np.ndarray:
     """Row-normalised ``Yw.T @ X`` (csr for sparse ``X``, dense for dense ``X``); zero rows stay zero."""
     V = Yw.T.tocsr() @ X
-    return unit_rows(sp.csr_matrix(V, dtype=np.float32) if sp.issparse(V) else np.asarray(V, dtype=np.float32))
+    if sp.issparse(V):  # a fresh product: scaled in place (PIFA is as big as X)
+        return unit_rows(sp.csr_matrix(V, dtype=np.float32), inplace=True)
+    return unit_rows(np.asarray(V, dtype=np.float32))
 
 
 def text_embedding(
