@@ -18,10 +18,10 @@ them on ``score_b - max_{b' > b} score_{b'}`` and giving child ``b`` its quota o
 labels (``B = 2``: sort on ``<x, c_0 - c_1>`` and cut at the size of child 0, as PECOS does). A
 node stops when its assignment no longer changes, or after ``max_iter`` assignments (the seeded
 one included); the first centroids are distinct random labels of the node. Ties keep the previous
-order, so a seed gives the same tree for any thread count. All nodes of a level are processed
-together (see :mod:`kmeans_level`); an iteration costs about ``B - 1`` passes over the level's
-nonzeros, so a 16-way tree is slower to build than a binary one: for PECOS-style 16-ary chains,
-cluster with ``B = 2`` and call :meth:`ClusterChain.subsample`.
+order, so a seed gives the same tree for any thread count. All nodes of a level are split by one
+compiled kernel (see :mod:`kmeans_level`); an iteration costs about one pass over a node's nonzeros
+for ``B = 2`` and ``B`` passes otherwise, so a 16-way tree is slower to build than a binary one:
+for PECOS-style 16-ary chains, cluster with ``B = 2`` and call :meth:`ClusterChain.subsample`.
 """
 
 from __future__ import annotations
