@@ -22,7 +22,7 @@ import scipy.sparse as sp
 
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.negatives import binarize
-from xtransformer.topk import Candidates, topk
+from xtransformer.topk import Candidates
 from xtransformer.utils.io import load_json, save_json
 
 MERGES = ("max", "mean")
@@ -89,18 +89,19 @@ class LabelCopies:
         return k * self.max_per_label
 
     def merge_topk(self, c: Candidates, k: int) -> Candidates:
-        """Copies' scores -> one score per (document, label), merged by ``self.merge``; the top ``k`` kept."""
-        label = self.label_of[c.item]
-        order = np.lexsort((label, c.doc))
-        doc, label, score = c.doc[order], label[order], c.score[order].astype(np.float32)
-        if len(order) == 0:
-            return topk(Candidates(doc, label, score, c.n_docs), k)
-        start = np.flatnonzero(np.r_[True, (doc[1:] != doc[:-1]) | (label[1:] != label[:-1])])
-        if self.merge == "max":
-            merged = np.maximum.reduceat(score, start)
-        else:  # mean over the copies this document reached (PECOS: unreached copies are not zeros)
-            merged = np.add.reduceat(score.astype(np.float64), start) / np.diff(np.r_[start, len(order)])
-        return topk(Candidates(doc[start], label[start], merged.astype(np.float32), c.n_docs), k)
+        """Copies' scores -> one score per (document, label), merged by ``self.merge`` (``mean``: over
+        the copies this document reached; PECOS: unreached copies are not zeros); the top ``k`` kept.
+        ``c`` must be grouped by document (as every ``Candidates`` producer here leaves it)."""
+        from xtransformer.ranker.kernels import merge_copies  # numba loads with the first prediction
+
+        if k < 1:
+            raise RankerError(f"label copies: k must be >= 1, got {k!r}")
+        n = len(c.doc)
+        out_doc, out_label, out_score = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.float32)
+        kept = merge_copies(c.doc.astype(np.int64, copy=False), c.item.astype(np.int64, copy=False),
+                            c.score.astype(np.float32, copy=False), self.label_of, self.n_labels, k,
+                            self.merge == "mean", out_doc, out_label, out_score)
+        return Candidates(out_doc[:kept], out_label[:kept], out_score[:kept], c.n_docs)
 
     def merge_scores(self, S: sp.spmatrix, k: int) -> sp.csr_matrix:
         """``N x P`` copy scores -> ``N x L`` label scores (top ``k`` a row)."""

@@ -164,3 +164,55 @@ def dual_cd_squared_hinge(indptr, indices, data, row_start, row_len, col_start, 
             passes[t, j] = it
             for c in range(nc):
                 W[c0 + c, j] = w[c]
+
+
+@njit(nogil=True, cache=True)
+def merge_copies(doc, item, score, label_of, n_labels, k, mean, out_doc, out_label, out_score):  # pragma: no cover
+    """One score per (document, label) from its copies' scores (``mean``: their average, else the
+    max), the best ``k`` labels of each document kept in descending score (ties: smaller label
+    first). Candidates come grouped by document. Writes the ``out_*`` arrays; returns their length.
+
+    One pass per document with a label -> entry map (no sort of all candidates), then a sort of
+    the document's few distinct labels.
+    """
+    slot = np.full(n_labels, -1, np.int64)
+    n = len(doc)
+    total = np.zeros(n, np.float64)
+    count = np.zeros(n, np.int64)
+    lab = np.empty(n, np.int64)
+    kept = 0
+    p0 = 0
+    while p0 < n:
+        d = doc[p0]
+        p1 = p0
+        m = 0  # distinct labels of this document
+        while p1 < n and doc[p1] == d:
+            label = label_of[item[p1]]
+            e = slot[label]
+            if e < 0:
+                slot[label] = m
+                lab[m] = label
+                total[m] = score[p1]
+                count[m] = 1
+                m += 1
+            elif mean:
+                total[e] += score[p1]
+                count[e] += 1
+            elif score[p1] > total[e]:
+                total[e] = score[p1]
+            p1 += 1
+        merged = np.empty(m, np.float64)
+        for e in range(m):
+            slot[lab[e]] = -1
+            merged[e] = total[e] / count[e] if mean else total[e]
+            merged[e] = np.float32(merged[e])  # the scale the scores are reported in
+        by_label = np.argsort(lab[:m], kind="mergesort")
+        order = by_label[np.argsort(-merged[by_label], kind="mergesort")]
+        for q in range(min(k, m)):
+            e = order[q]
+            out_doc[kept] = d
+            out_label[kept] = lab[e]
+            out_score[kept] = merged[e]
+            kept += 1
+        p0 = p1
+    return kept
