@@ -206,8 +206,19 @@ def merge_copies(doc, item, score, label_of, n_labels, k, mean, out_doc, out_lab
             slot[lab[e]] = -1
             merged[e] = total[e] / count[e] if mean else total[e]
             merged[e] = np.float32(merged[e])  # the scale the scores are reported in
-        by_label = np.argsort(lab[:m], kind="mergesort")
-        order = by_label[np.argsort(-merged[by_label], kind="mergesort")]
+        order = np.arange(m)
+        if m <= 64:  # insertion sort: a document's handful of labels, no sort call per document
+            for a in range(1, m):
+                e = order[a]
+                b = a - 1
+                while b >= 0 and (merged[order[b]] < merged[e] or
+                                  (merged[order[b]] == merged[e] and lab[order[b]] > lab[e])):
+                    order[b + 1] = order[b]
+                    b -= 1
+                order[b + 1] = e
+        else:
+            by_label = np.argsort(lab[:m], kind="mergesort")
+            order = by_label[np.argsort(-merged[by_label], kind="mergesort")]
         for q in range(min(k, m)):
             e = order[q]
             out_doc[kept] = d
