@@ -331,3 +331,31 @@ def test_pipeline_xrtransformer_on_overlapping_clusters(tmp_path):
     got = model.predict_csr(ds.splits["test"].texts)
     want = load_csr(run_dir / "predictions" / "xrtransformer" / "test.npz")
     assert (got != want).nnz == 0
+
+
+@pytest.mark.slow
+def test_pipeline_xrtransformer_lambda_on_the_final_tree(tmp_path):
+    """λ = 2 on XR-Transformer's re-clustered final tree (xrtransformer.final.indexing.n_copies):
+    the fine-tuning tree stays a partition, the final model trains one copy per (label, leaf) of
+    the tree its own search on the training documents disentangled, and its folder predicts what
+    the run did."""
+    from test_pipeline import TINY, _compose
+
+    from xtransformer.data import load_dataset
+    from xtransformer.model import XMCModel
+    from xtransformer.pipeline.run import run
+    from xtransformer.utils.io import load_csr, load_json
+
+    overrides = [*TINY, "method=xrtransformer", "xrtransformer.final.indexing.n_copies=2",
+                 "xrtransformer.final.indexing.max_leaf_size=8", "xrtransformer.final.indexing.max_cluster_growth=null",
+                 "xrtransformer.final.indexing.merge=mean", "xrtransformer.eval_docs=50", "train_xrlinear=false"]
+    metrics = run(_compose(overrides, tmp_path))
+    assert metrics["index"]["n_copies"] == 1  # the fine-tuning tree
+    stage = next((tmp_path / "cache" / "stages" / "xrfinal").iterdir())
+    report = load_json(stage / "index_report.json")["disentangle"]
+    assert report["n_copies"] == 2 and report["labels_in_multiple_clusters"] > 0
+    assert load_json(stage / "model" / "copies" / "copies.json")["merge"] == "mean"
+    model = XMCModel.load(tmp_path / "run" / "model" / "xrtransformer")
+    ds = load_dataset(_compose(overrides, tmp_path).data.name, max_docs=400)
+    want = load_csr(tmp_path / "run" / "predictions" / "xrtransformer" / "test.npz")
+    assert (model.predict_csr(ds.splits["test"].texts) != want).nnz == 0

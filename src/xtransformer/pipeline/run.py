@@ -78,6 +78,8 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
         ds.require_texts(f"method={method}")
     unseen = warn_unseen_labels(ds)
     index_cfgs = {"xrlinear.indexing": s.xrlinear.indexing, **({"indexing": s.indexing} if neural else {})}
+    if method == "xrtransformer" and s.xrtransformer.final.tree == "recluster":
+        index_cfgs["xrtransformer.final.indexing"] = s.xrtransformer.final.indexing
     for where, icfg in index_cfgs.items():  # λ against K, known once the label count is
         check_copies_fit(icfg, ds.n_labels, where)
     xr_levels = None

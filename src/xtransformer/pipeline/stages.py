@@ -199,12 +199,13 @@ def xrtransformer(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix]
 
         train = ds.splits["train"]
         feats = final_features(fcfg.features, X["train"], tuned.outputs.embeddings("train"), fcfg.model.neural_weight)
-        final_tree = tree
+        final_tree, merge = tree, s.indexing.merge  # "same" keeps the fine-tuning tree, its copies included
         if fcfg.tree == "recluster":  # PIFA on the final features, as PECOS's refined indexer
             final_tree, report = build_index(fcfg.indexing, train.Y, X_train_tfidf=feats, label_ids=ds.vocab.ids)
+            final_tree, merge = final_tree.subsample(fcfg.nr_splits), fcfg.indexing.merge
+            if fcfg.indexing.n_copies > 1:  # λ on the final tree: counts from a final model on the partition
+                final_tree, report["disentangle"] = learn_overlap(final_tree, feats, train.Y, fcfg.indexing, fcfg.model)
             save_json(report, tmp / "index_report.json")
-            final_tree = final_tree.subsample(fcfg.nr_splits)
-        merge = s.indexing.merge if fcfg.tree == "same" else "max"  # "same" keeps the disentangled leaves
         HierarchicalLinear.train(feats, train.Y, list(final_tree), fcfg.model, merge=merge).save(tmp / "model")
 
     folder = cache.run("xrfinal", keys.xrfinal, build, settings=fcfg.training_settings())
