@@ -51,6 +51,8 @@ def _dots(indptr, indices, data, rows, center, out):  # pragma: no cover - compi
         out[r] = s
 
 
+# The same loop over rows in numba's thread pool, for the few big nodes at the top of the tree; a
+# separate function because nodes running in Python threads must not launch parallel regions.
 @njit(nogil=True, parallel=True, cache=True)
 def _dots_parallel(indptr, indices, data, rows, center, out):  # pragma: no cover - compiled
     for r in prange(len(rows)):
