@@ -239,8 +239,9 @@ def _weighted_linear_head(xcfg: XRTransformerConfig, mcfg: MatcherConfig, traine
     """The paper's eq. 11: one-vs-all linear models of level ``t`` on the embeddings of the encoder
     after level ``t - 1``, each trained on the documents of its parent (teacher-forcing negatives).
 
-    Solved with the ranker's Newton solver on (a sample of) the training documents, with weak
-    regularisation (C = 100, as PECOS) and no pruning: the head is dense anyway.
+    Solved with the ranker's solver (squared hinge, dual coordinate descent) on (a sample of) the
+    training documents, with weak regularisation (C = 100, as PECOS) and no pruning: the head is
+    dense anyway.
     """
     from xtransformer.ranker.fit import train_level
     from xtransformer.ranker.solver import SolverParams
