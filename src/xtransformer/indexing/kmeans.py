@@ -38,7 +38,6 @@ import scipy.sparse as sp
 
 from xtransformer.indexing.chain import ClusterChain, codes_to_csr
 from xtransformer.indexing.errors import IndexingError
-from xtransformer.indexing.kmeans_level import split_level
 from xtransformer.utils.rows import row_sq_norms
 
 log = logging.getLogger(__name__)
@@ -214,6 +213,8 @@ def _split_level(
     first = rank < branching
     seeds = np.zeros((len(splitting), branching), dtype=np.int64)
     seeds[node[first], rank[first]] = order[first] - node_start[node[first]]
+
+    from xtransformer.indexing.kmeans_level import split_level  # numba loads with the first clustering
 
     labels = perm[pos]
     t0 = time.perf_counter()
