@@ -106,7 +106,7 @@ def test_block_rows_follow_the_mask():
     groups = make_groups(C, tfn_mask(Y, C))
     for k, expected in enumerate([[0, 1, 5], [0, 3], [2, 5], [3, 4]]):
         bd = build_block(X, Y, groups, np.array([k]), 1.0, 1.0, bias=1.0)
-        assert bd.X.shape[0] == len(expected)
+        np.testing.assert_array_equal(bd.rows, expected)
         np.testing.assert_array_equal(bd.slot_label[0], np.arange(5 * k, 5 * k + 5))
         # targets: +1 exactly where the instance has the label
         np.testing.assert_array_equal(bd.Y > 0, Y[expected][:, 5 * k : 5 * k + 5].toarray() > 0)
@@ -146,6 +146,35 @@ def test_solver_matches_liblinear(loss, costs):
         np.testing.assert_allclose(W[:, j], sklearn_weights(X, Yd[:, j], loss, Cp, Cn), atol=2e-3)
 
 
+@pytest.mark.parametrize("bias", [1.0, 0.0])
+def test_block_view_is_the_block_matrix(bias):
+    """A block of several clusters, described by its rows and columns, equals its materialised
+    matrix: the same rows, exactly the task's own features in increasing id, the bias last; the
+    solver gives the same weights on both; X itself is left untouched."""
+    X, Y, C = random_problem(n=300, L=16, K=8, seed=3)
+    X0 = X.copy()
+    groups = make_groups(C, tfn_mask(Y, C))
+    batch = np.arange(groups.n_groups)
+    bd = build_block(X, Y, groups, batch, 1.0, 1.0, bias=bias)
+    block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, bd.cost, materialise=True)
+    Xf = with_bias(X, bias).toarray() if bias > 0 else X.toarray()
+    r0 = c0 = 0
+    for t in range(len(batch)):
+        rows = bd.rows[r0:r0 + bd.row_len[t]]
+        cols = bd.col_feature[c0:c0 + bd.col_len[t]]
+        expected = np.zeros((len(rows), block.X.shape[1]), np.float32)
+        expected[:, c0:c0 + len(cols)] = Xf[np.ix_(rows, cols)]
+        np.testing.assert_array_equal(block.X[r0:r0 + len(rows)].toarray(), expected)
+        np.testing.assert_array_equal(cols, np.flatnonzero(Xf[rows].any(0)))  # exactly the features present
+        r0, c0 = r0 + len(rows), c0 + len(cols)
+    assert block.X.has_sorted_indices and np.all(np.diff(block.X.indices[block.X.indptr[0]:block.X.indptr[1]]) > 0)
+    view = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, bd.cost)
+    own = Block.from_scipy(block.X, bd.row_len, bd.col_len, bd.Y, bd.cost)
+    params = SolverParams(**TIGHT)
+    np.testing.assert_allclose(solve_block(view, params), solve_block(own, params), atol=1e-5)  # sums in another order
+    assert (X != X0).nnz == 0
+
+
 def test_packed_blocks_equal_one_block_per_cluster():
     """Solving many clusters in one block-diagonal block gives each cluster's own solution."""
     X, Y, C = random_problem(n=300, L=16, K=8, seed=3)
@@ -153,8 +182,8 @@ def test_packed_blocks_equal_one_block_per_cluster():
     packed = RankerConfig(features="tfidf", negatives="tfn", threshold=0.0, batch_nnz=10**9, **TIGHT)
     single = RankerConfig(features="tfidf", negatives="tfn", threshold=0.0, batch_nnz=1, **TIGHT)
     groups = make_groups(C, mask)
-    assert len(plan_batches(groups, np.diff(X.indptr), X.shape[1] + 1, packed.batch_nnz)) == 1
-    assert len(plan_batches(groups, np.diff(X.indptr), X.shape[1] + 1, single.batch_nnz)) == 8
+    assert len(plan_batches(groups, np.diff(X.indptr), packed.batch_nnz)) == 1
+    assert len(plan_batches(groups, np.diff(X.indptr), single.batch_nnz)) == 8
     Wa = LinearRanker.train(X, Y, C, mask, packed).W.toarray()
     Wb = LinearRanker.train(X, Y, C, mask, single).W.toarray()
     np.testing.assert_allclose(Wa, Wb, atol=1e-3)

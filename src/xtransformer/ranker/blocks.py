@@ -3,7 +3,8 @@
 Labels are grouped into *tasks*: the labels of one cluster share one training set of instances
 (its rows of the negative mask). Tasks are packed into blocks of bounded size; a block's matrix
 is the block-diagonal stack of each task's rows restricted to the features that occur in them
-(plus the bias column), so the solver's weight tensors hold no column that is always zero.
+(plus the bias column), so the solver's weight tensors hold no column that is always zero. A
+block is described by its rows and columns (a view of ``X``), not copied.
 Everything here is vectorised over tasks, rows and nonzeros.
 """
 
@@ -15,7 +16,6 @@ import scipy.sparse as sp
 
 from xtransformer.ranker.negatives import binarize
 
-MAX_KEY_SPACE = 1 << 23  # tasks x features per block: bounds the compaction scratch (64 MiB of int64)
 
 
 def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -89,7 +89,7 @@ def make_groups(C: sp.csr_matrix, M: sp.csr_matrix) -> TaskGroups:
     return TaskGroups(A.indptr.astype(np.int64), A.indices.astype(np.int64), Mg.indptr.astype(np.int64), Mg.indices.astype(np.int64))
 
 
-def plan_batches(groups: TaskGroups, row_nnz: np.ndarray, n_cols: int, min_nnz: int) -> list[np.ndarray]:
+def plan_batches(groups: TaskGroups, row_nnz: np.ndarray, min_nnz: int) -> list[np.ndarray]:
     """Pack the trainable groups into lists of group ids, each list one solver block.
 
     Groups are ordered by label count (a block then pads few label slots) and packed until a block
@@ -102,10 +102,9 @@ def plan_batches(groups: TaskGroups, row_nnz: np.ndarray, n_cols: int, min_nnz: 
     nnz_cum = np.concatenate([[0], np.cumsum(row_nnz[groups.rows] + 1, dtype=np.int64)])
     group_nnz = nnz_cum[groups.row_ptr[1:]] - nnz_cum[groups.row_ptr[:-1]]
     order = live[np.argsort(groups.n_labels[live], kind="stable")]
-    max_tasks = max(1, MAX_KEY_SPACE // max(n_cols, 1))
     batches, start, acc = [], 0, 0
     for i, g in enumerate(order):  # loop over clusters (not labels) to cut the sequence
-        if i > start and (acc >= min_nnz or i - start >= max_tasks):
+        if i > start and acc >= min_nnz:
             batches.append(order[start:i])
             start, acc = i, 0
         acc += int(group_nnz[g])
@@ -115,9 +114,14 @@ def plan_batches(groups: TaskGroups, row_nnz: np.ndarray, n_cols: int, min_nnz: 
 
 @dataclass
 class BlockData:
-    """A block in scipy/numpy form plus the maps back to global feature and label ids."""
+    """A block as a view of ``X``: its rows, its columns per task, targets, and label ids.
 
-    X: sp.csr_matrix  # R x Fb, block-diagonal over tasks
+    The block matrix (block-diagonal over tasks) is never copied for the dual coordinate
+    descent, which reads the rows of ``X`` in place; ``solver.Block.from_rows`` builds it only
+    for the Newton solver.
+    """
+
+    rows: np.ndarray  # R, rows of X, task by task
     row_len: np.ndarray  # T
     col_len: np.ndarray  # T
     col_feature: np.ndarray  # Fb, global feature id (the bias column is id F)
@@ -134,32 +138,19 @@ def build_block(
     X: sp.csr_matrix, Y: sp.csr_matrix, groups: TaskGroups, batch: np.ndarray, Cp: float, Cn: float, bias: float
 ) -> BlockData:
     """The block of groups ``batch`` from features ``X`` (plus the bias column) and targets ``Y``."""
+    from xtransformer.ranker.kernels import block_columns
+
     T = len(batch)
     row_len = groups.n_rows[batch]
     rows = groups.rows[ranges(groups.row_ptr[batch], row_len)]
     row_task = np.repeat(np.arange(T), row_len)
-    every_row = len(rows) == X.shape[0] and bool(np.all(rows[1:] > rows[:-1]))  # sorted, so all of them in order
-    Xr = with_bias(X if every_row else X[rows], bias)  # bias on the gathered rows only: no copy of the whole X
-    F1 = Xr.shape[1]
-    # compact columns per task: key = task * F1 + feature, renumbered in sorted order
-    key_dtype = np.int32 if T * F1 < 2**31 else np.int64
-    key = np.repeat(row_task.astype(key_dtype) * key_dtype(F1), np.diff(Xr.indptr)) + Xr.indices.astype(key_dtype, copy=False)
-    count = np.bincount(key, minlength=T * F1)
-    present = np.flatnonzero(count)
-    # within each task, frequent features first: the hot rows of the solver's dense weight
-    # tensors then share cache lines (about 1.7x faster sparse products than alphabetical order)
-    present = present[np.lexsort((-count[present], present // F1))]
-    new_id = np.zeros(T * F1, dtype=np.int32)
-    new_id[present] = np.arange(len(present), dtype=np.int32)
-    Xb = sp.csr_matrix((Xr.data, new_id[key], Xr.indptr), shape=(len(rows), len(present)))
-    Xb.sort_indices()
-    col_len = np.bincount(present // F1, minlength=T)
+    col_len, col_feature = block_columns(X.indptr, X.indices, rows, row_len.astype(np.int64), X.shape[1], bias > 0)
     n_lab = groups.n_labels[batch]
     n = int(n_lab.max())
     slot_label = np.full((T, n), -1, dtype=np.int64)
     slot_label[np.repeat(np.arange(T), n_lab), ranges(np.zeros(T), n_lab)] = groups.labels[ranges(groups.label_ptr[batch], n_lab)]
     Yd, cost = _targets(Y[rows], row_task, slot_label, Cp, Cn)
-    return BlockData(Xb, row_len, col_len, (present % F1).astype(np.int64), slot_label, Yd, cost)
+    return BlockData(rows, row_len, col_len, col_feature, slot_label, Yd, cost)
 
 
 def _targets(

@@ -52,7 +52,7 @@ def train_levels(
     F1 = X.shape[1] + (1 if bias > 0 else 0)
     row_nnz = np.diff(X.indptr)
     groups = [make_groups(spec.C, spec.mask) for spec in specs]
-    batches = [plan_batches(g, row_nnz, F1, batch_nnz) for g in groups]
+    batches = [plan_batches(g, row_nnz, batch_nnz) for g in groups]
     n_blocks = sum(len(b) for b in batches)
     most_labels = max(int(g.n_labels.max(initial=1)) for g in groups)
     # with fewer blocks than threads, split each block's labels so that every thread works
@@ -61,7 +61,7 @@ def train_levels(
     try:
         for d, (spec, g, bs) in enumerate(zip(specs, groups, batches)):
             for batch in bs:
-                trainer.submit(build_block(X, spec.Y, g, batch, params.Cp, params.Cn, bias), tag=d)
+                trainer.submit(X, build_block(X, spec.Y, g, batch, params.Cp, params.Cn, bias), bias, tag=d)
     finally:
         parts = trainer.finish()
     out = []
@@ -101,8 +101,9 @@ class BlockTrainer:
         self.stats = [SolveStats() for _ in range(n_tags)]
         self.parts: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(n_tags)]
 
-    def submit(self, bd: BlockData, tag: int = 0) -> None:
-        block = Block.from_scipy(bd.X, bd.row_len, bd.col_len, bd.Y, bd.cost)
+    def submit(self, X: sp.csr_matrix, bd: BlockData, bias: float, tag: int = 0) -> None:
+        block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, bd.cost,
+                                materialise=self.params.loss != "squared_hinge")
         n = bd.Y.shape[1]
         bounds = np.linspace(0, n, -(-n // self.slots) + 1).round().astype(int)  # even chunks
         for j0, j1 in zip(bounds[:-1], bounds[1:]):  # loop over label chunks of one block (a few per cluster)

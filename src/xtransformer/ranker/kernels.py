@@ -74,96 +74,246 @@ def pair_scores(x_ptr, x_idx, x_val, doc, node, feat_ptr, rows, entries, bias_fe
 
 
 @njit(nogil=True, cache=True, fastmath=FAST)
-def dual_cd_squared_hinge(indptr, indices, data, row_start, row_len, col_start, col_len, Y, cost, eps, max_iter,
-                          seed, W, passes):  # pragma: no cover - compiled
+def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_feature, col_len, bias, Y, cost, eps,
+                          max_iter, seed, W, passes):  # pragma: no cover - compiled
     """LIBLINEAR's dual coordinate descent for the L2-regularised squared hinge (PECOS's solver).
 
-    For every task ``t`` and label slot ``j`` with a cost: rows ``row_start[t] ..`` of the block
-    matrix, whose columns lie in ``col_start[t] .. + col_len[t]``; ``Y`` is +1/-1, ``cost`` the
-    C of each row. Dual variables ``alpha_i >= 0``, ``D_ii = 1 / (2 C_i)``; one pass visits the
-    active rows in a random order, takes the exact coordinate step and moves ``w``; rows stuck at
+    Task ``t`` trains on rows ``rows[sum(row_len[:t]) ..]`` of the source matrix (``indptr``,
+    ``indices``, ``data``; ``n_features`` columns) plus a constant ``bias`` feature (id
+    ``n_features`` in ``col_feature`` when ``bias > 0``), on its columns
+    ``col_feature[sum(col_len[:t]) ..]``. While a task runs, its rows are copied into a compact
+    csr on its own columns (``gather_task``): one task's rows per thread, never a whole level's.
+    Each of the ``n`` label slots is one problem (``Y`` +1/-1 and ``cost`` C per block row; a slot
+    of zero cost is padding). Dual variables ``alpha_i >= 0``, ``D_ii = 1 / (2 C_i)``; a pass
+    visits the active rows in a random order and takes the exact coordinate step; rows stuck at
     ``alpha = 0`` with a gradient above the last pass's largest are shrunk away. A problem stops
-    when ``max PG - min PG <= eps`` over a full pass, or after ``max_iter`` passes. The shuffle is
-    an xorshift stream seeded by (``seed``, task, slot): the result does not depend on threads.
+    when ``max PG - min PG <= eps`` over a full pass, or after ``max_iter`` passes.
+
+    The slots of a task run in lockstep: a visit reads the row once and updates every slot (``w``
+    is feature-major, so a feature's slots share a cache line): about 2x faster than solving one
+    problem at a time. Each slot keeps its own shrinking and stopping; a row leaves the pass
+    order once every running slot has shrunk it. The shuffle is an xorshift stream seeded by
+    (``seed``, task): the result does not depend on threads.
     Writes ``W[col, j]``; ``passes[t, j]`` counts the passes made.
     """
-    n_tasks, n_slots = len(row_len), Y.shape[1]
+    n_tasks, S = len(row_len), Y.shape[1]
     max_rows = 0
     max_cols = 0
     for t in range(n_tasks):
         max_rows = max(max_rows, row_len[t])
         max_cols = max(max_cols, col_len[t])
-    w = np.zeros(max_cols, np.float32)  # float32, as PECOS: half the cache footprint, ~2x faster here
-    alpha = np.zeros(max_rows, np.float64)
-    qd = np.zeros(max_rows, np.float64)
-    xx = np.zeros(max_rows, np.float64)
+    local = np.zeros(n_features + 1, np.int64)  # source feature -> column of the current task
+    w = np.zeros((max_cols, S), np.float32)  # float32, as PECOS: half the cache footprint
+    alpha = np.zeros((max_rows, S), np.float64)
+    diag = np.zeros((max_rows, S), np.float64)
+    qd = np.zeros((max_rows, S), np.float64)
+    shrunk = np.zeros((max_rows, S), np.bool_)
     index = np.zeros(max_rows, np.int64)
+    g = np.zeros(S, np.float32)
+    d = np.zeros(S, np.float32)
+    done = np.zeros(S, np.bool_)
+    n_shrunk = np.zeros(S, np.int64)
+    pg_max_old = np.zeros(S, np.float64)
+    pg_max_new = np.zeros(S, np.float64)
+    pg_min_new = np.zeros(S, np.float64)
+    r0, c0 = 0, 0
     for t in range(n_tasks):
-        r0, nr, c0, nc = row_start[t], row_len[t], col_start[t], col_len[t]
+        nr, nc = row_len[t], col_len[t]
+        tp, ti, tv = gather_task(indptr, indices, data, n_features, rows[r0:r0 + nr], col_feature[c0:c0 + nc],
+                                 local, bias)
+        w[:nc, :] = 0.0
+        n_done = 0
+        for j in range(S):
+            done[j] = cost[r0, j] <= 0  # padding slot (a task's slots share their validity)
+            n_done += done[j]
+            n_shrunk[j] = 0
+            pg_max_old[j] = np.inf  # the squared hinge's dual has no upper bound: only alpha = 0 shrinks
         for i in range(nr):
-            s = 0.0
-            for e in range(indptr[r0 + i], indptr[r0 + i + 1]):
-                s += data[e] * data[e]
-            xx[i] = s
-        for j in range(n_slots):
-            if cost[r0, j] <= 0:  # padding slot (a task's slots share their validity)
-                continue
-            w[:nc] = 0.0
-            for i in range(nr):
-                alpha[i] = 0.0
-                qd[i] = xx[i] + 0.5 / cost[r0 + i, j]
-                index[i] = i
-            state = np.uint64(seed * 1000003 + t * 7919 + j + 1) * np.uint64(0x9E3779B97F4A7C15) | np.uint64(1)
-            pg_max_old = np.inf  # the squared hinge's dual has no upper bound: only alpha = 0 shrinks
-            active = nr
-            it = 0
-            while it < max_iter:
-                pg_max_new, pg_min_new = -np.inf, np.inf
-                for s in range(active - 1):  # Fisher-Yates over the active rows
-                    state ^= state << np.uint64(13)
-                    state ^= state >> np.uint64(7)
-                    state ^= state << np.uint64(17)
-                    k = s + np.int64(state % np.uint64(active - s))
-                    index[s], index[k] = index[k], index[s]
-                s = 0
-                while s < active:
-                    i = index[s]
-                    r = r0 + i
-                    y = Y[r, j]
-                    g = 0.0
-                    for e in range(indptr[r], indptr[r + 1]):
-                        g += w[indices[e] - c0] * data[e]
-                    g = y * g - 1.0 + alpha[i] * (0.5 / cost[r, j])
+            xx = 0.0
+            for e in range(tp[i], tp[i + 1]):
+                xx += tv[e] * tv[e]
+            index[i] = i
+            for j in range(S):
+                alpha[i, j] = 0.0
+                shrunk[i, j] = False
+                diag[i, j] = 0.5 / cost[r0 + i, j] if cost[r0 + i, j] > 0 else 0.0
+                qd[i, j] = xx + diag[i, j]
+        state = np.uint64(seed * 1000003 + t * 7919 + 1) * np.uint64(0x9E3779B97F4A7C15) | np.uint64(1)
+        active = nr
+        it = 0
+        while it < max_iter and n_done < S:
+            for j in range(S):
+                pg_max_new[j] = -np.inf
+                pg_min_new[j] = np.inf
+            for s in range(active - 1):  # Fisher-Yates over the active rows
+                state ^= state << np.uint64(13)
+                state ^= state >> np.uint64(7)
+                state ^= state << np.uint64(17)
+                k = s + np.int64(state % np.uint64(active - s))
+                index[s], index[k] = index[k], index[s]
+            s = 0
+            while s < active:
+                i = index[s]
+                g[:] = 0.0
+                for e in range(tp[i], tp[i + 1]):
+                    x = tv[e]
+                    f = ti[e]
+                    for j in range(S):
+                        g[j] += w[f, j] * x
+                moved = False
+                live = False
+                for j in range(S):
+                    d[j] = 0.0
+                    if done[j] or shrunk[i, j]:
+                        continue
+                    y = Y[r0 + i, j]
+                    G = y * g[j] - 1.0 + alpha[i, j] * diag[i, j]
                     pg = 0.0
-                    if alpha[i] == 0.0:
-                        if g > pg_max_old:
-                            active -= 1
-                            index[s], index[active] = index[active], index[s]
+                    if alpha[i, j] == 0.0:
+                        if G > pg_max_old[j]:
+                            shrunk[i, j] = True
+                            n_shrunk[j] += 1
                             continue
-                        if g < 0.0:
-                            pg = g
+                        if G < 0.0:
+                            pg = G
                     else:
-                        pg = g
-                    pg_max_new = max(pg_max_new, pg)
-                    pg_min_new = min(pg_min_new, pg)
+                        pg = G
+                    live = True
+                    pg_max_new[j] = max(pg_max_new[j], pg)
+                    pg_min_new[j] = min(pg_min_new[j], pg)
                     if abs(pg) > 1e-12:
-                        old = alpha[i]
-                        alpha[i] = max(old - g / qd[i], 0.0)
-                        d = (alpha[i] - old) * y
-                        for e in range(indptr[r], indptr[r + 1]):
-                            w[indices[e] - c0] += d * data[e]
-                    s += 1
-                it += 1
-                if pg_max_new - pg_min_new <= eps:
-                    if active == nr:
-                        break
-                    active = nr  # converged on the shrunk set: check every row once more
-                    pg_max_old = np.inf
+                        old = alpha[i, j]
+                        alpha[i, j] = max(old - G / qd[i, j], 0.0)
+                        d[j] = (alpha[i, j] - old) * y
+                        moved = True
+                if moved:
+                    for e in range(tp[i], tp[i + 1]):
+                        x = tv[e]
+                        f = ti[e]
+                        for j in range(S):
+                            w[f, j] += d[j] * x
+                if not live:  # shrunk for every running slot: out of this pass order
+                    active -= 1
+                    index[s], index[active] = index[active], index[s]
                     continue
-                pg_max_old = pg_max_new if pg_max_new > 0 else np.inf
-            passes[t, j] = it
-            for c in range(nc):
-                W[c0 + c, j] = w[c]
+                s += 1
+            it += 1
+            restore = False
+            for j in range(S):
+                if done[j]:
+                    continue
+                if pg_max_new[j] - pg_min_new[j] <= eps:
+                    if n_shrunk[j] == 0:
+                        done[j] = True
+                        n_done += 1
+                        passes[t, j] = it
+                    else:  # converged on the shrunk set: check every row once more
+                        for i in range(nr):
+                            shrunk[i, j] = False
+                        n_shrunk[j] = 0
+                        pg_max_old[j] = np.inf
+                        restore = True
+                else:
+                    pg_max_old[j] = pg_max_new[j] if pg_max_new[j] > 0 else np.inf
+            if restore:
+                active = nr
+        for j in range(S):
+            if not done[j] and cost[r0, j] > 0:
+                passes[t, j] = it
+        for c in range(nc):
+            for j in range(S):
+                W[c0 + c, j] = w[c, j]
+        r0 += nr
+        c0 += nc
+
+
+@njit(nogil=True, cache=True)
+def block_columns(indptr, indices, rows, row_len, n_features, has_bias):  # pragma: no cover - compiled
+    """The columns of each task of a block: the features occurring in its rows, in increasing id
+    (plus the bias, id ``n_features``, last). Returns ``(col_len, col_feature)``."""
+    T = len(row_len)
+    seen = np.zeros(n_features + 1, np.bool_)
+    touched = np.empty(n_features + 1, np.int64)
+    col_len = np.zeros(T, np.int64)
+    parts = []
+    r0 = 0
+    for t in range(T):
+        n_cols = 0
+        for r in rows[r0:r0 + row_len[t]]:
+            for e in range(indptr[r], indptr[r + 1]):
+                f = indices[e]
+                if not seen[f]:
+                    seen[f] = True
+                    touched[n_cols] = f
+                    n_cols += 1
+        if has_bias:
+            touched[n_cols] = n_features
+            n_cols += 1
+        cols = np.sort(touched[:n_cols])
+        seen[cols] = False
+        parts.append(cols)
+        col_len[t] = n_cols
+        r0 += row_len[t]
+    col_feature = np.empty(col_len.sum(), np.int64)
+    c0 = 0
+    for t in range(T):
+        col_feature[c0:c0 + col_len[t]] = parts[t]
+        c0 += col_len[t]
+    return col_len, col_feature
+
+
+@njit(nogil=True, cache=True)
+def gather_task(indptr, indices, data, n_features, rows, cols, local, bias):  # pragma: no cover - compiled
+    """Rows ``rows`` of the source on columns ``cols`` (increasing ids, as ``block_columns``
+    gives them, numbered 0..; the bias is column id ``n_features``, added with value ``bias`` when
+    ``bias > 0``): a compact csr, its rows' column ids sorted as the source's are.
+    ``local`` is scratch of ``n_features + 1`` entries. Returns ``(indptr, indices, data)``.
+    """
+    R, nc = len(rows), len(cols)
+    has_bias = bias > 0
+    for q in range(nc):
+        local[cols[q]] = q
+    out_ptr = np.empty(R + 1, np.int64)
+    out_ptr[0] = 0
+    for i in range(R):
+        out_ptr[i + 1] = out_ptr[i] + indptr[rows[i] + 1] - indptr[rows[i]] + (1 if has_bias else 0)
+    out_idx = np.empty(out_ptr[R], np.int32)
+    out_val = np.empty(out_ptr[R], np.float32)
+    for i in range(R):
+        r = rows[i]
+        o = out_ptr[i]
+        for e in range(indptr[r], indptr[r + 1]):
+            out_idx[o] = local[indices[e]]
+            out_val[o] = data[e]
+            o += 1
+        if has_bias:
+            out_idx[o] = local[n_features]
+            out_val[o] = bias
+    return out_ptr, out_idx, out_val
+
+
+@njit(nogil=True, cache=True)
+def gather_block(indptr, indices, data, n_features, rows, row_len, col_feature, col_len, bias):  # pragma: no cover
+    """The block matrix itself (csr, rows with sorted column ids), for solvers that need one:
+    task by task, ``gather_task`` with the columns shifted by the earlier tasks' columns."""
+    R, T = len(rows), len(row_len)
+    out_ptr = np.zeros(R + 1, np.int64)
+    total = 0
+    for i in range(R):
+        total += indptr[rows[i] + 1] - indptr[rows[i]] + (1 if bias > 0 else 0)
+    out_idx = np.empty(total, np.int32)
+    out_val = np.empty(total, np.float32)
+    local = np.zeros(n_features + 1, np.int64)
+    r0, c0, e0 = 0, 0, 0
+    for t in range(T):
+        ptr, idx, val = gather_task(indptr, indices, data, n_features, rows[r0:r0 + row_len[t]],
+                                    col_feature[c0:c0 + col_len[t]], local, bias)
+        m = ptr[-1]
+        out_idx[e0:e0 + m] = idx + c0
+        out_val[e0:e0 + m] = val
+        out_ptr[r0 + 1:r0 + row_len[t] + 1] = ptr[1:] + e0
+        r0, c0, e0 = r0 + row_len[t], c0 + col_len[t], e0 + m
+    return out_ptr, out_idx, out_val
 
 
 @njit(nogil=True, cache=True)

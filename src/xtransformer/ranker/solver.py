@@ -2,11 +2,13 @@
 
 A *block* stacks ``T`` tasks (clusters) block-diagonally: task ``t`` owns a set of rows (its
 training instances) and a set of columns (the features that occur in those rows, plus the bias
-column), and ``n`` label slots. Problem ``(t, j)`` is the binary classifier of the ``j``-th label
-of task ``t``; a slot with zero cost everywhere is padding (its solution stays 0). So every
-problem of the block shares one sparse matrix, and every step is one sparse-times-dense product
-(``X @ V`` or ``X^T @ U`` with ``V`` of shape ``F_block x n``) plus elementwise work, whatever the
-number of tasks: no Python loop over labels or clusters.
+column), and ``n`` label slots. A block is a view of the training matrix (its rows and
+columns); only the Newton solver materialises the block matrix. Problem ``(t, j)`` is the binary
+classifier of the ``j``-th label of task ``t``; a slot with zero cost everywhere is padding (its
+solution stays 0). For the Newton solver every problem of the block shares one sparse matrix,
+and every step is one sparse-times-dense product (``X @ V`` or ``X^T @ U`` with ``V`` of shape
+``F_block x n``) plus elementwise work, whatever the number of tasks: no Python loop over labels
+or clusters.
 
 Objective of each problem (LIBLINEAR's primal, bias regularised like LIBLINEAR/PECOS)::
 
@@ -14,8 +16,9 @@ Objective of each problem (LIBLINEAR's primal, bias regularised like LIBLINEAR/P
 
 with ``loss(m) = max(0, 1 - m)^2`` (squared hinge) or ``log(1 + exp(-m))`` (logistic) and
 ``c_i = Cp`` for positives, ``Cn`` for negatives. The squared hinge is solved as PECOS does, by
-LIBLINEAR's dual coordinate descent (a compiled loop per problem, ``kernels.py``): about as many
-passes over the rows as it needs, where Newton-CG makes two sparse products per CG step.
+LIBLINEAR's dual coordinate descent (a compiled loop over a task's slots at once,
+``kernels.py``): about as many passes over the rows as it needs, where Newton-CG makes two
+sparse products per CG step.
 The logistic loss uses LIBLINEAR's (>= 2.40) Newton with
 a line search: diagonally preconditioned CG (preconditioner ``(1 - a) + a diag(H)``, ``a = 0.01``;
 stop on the quadratic-model decrease rule with ``eps_cg = 0.5``), then a backtracking Armijo line
@@ -27,7 +30,7 @@ Newton iterations; finished problems are frozen (their step is 0) while the othe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -70,42 +73,71 @@ class SolveStats:
 class Block:
     """``T`` tasks stacked block-diagonally; rows and columns sorted by task.
 
-    Arrays are numpy/scipy (float32): scipy's sparse-times-dense products release the GIL, so the
-    worker threads of ``fit.BlockTrainer`` run them in parallel. ``X^T @ U`` goes through the
-    transposed view (scipy's csc kernel, as fast here as a transposed copy, which would double
-    the block's memory).
+    The block is a view: task rows are ``rows`` of ``source`` (csr, ``n_features`` columns) plus a
+    constant ``bias`` feature (column id ``n_features`` in ``col_feature``, when ``bias > 0``), and
+    task ``t``'s columns are its slice of ``col_feature``. The dual coordinate descent reads the
+    rows in place; the Newton solver needs the block matrix itself (``X``, csr float32, built once
+    per block by :meth:`from_rows` with ``materialise``). Its sparse products release the GIL, so
+    the worker threads of ``fit.BlockTrainer`` run them in parallel; ``X^T @ U`` goes through the
+    transposed view (as fast here as a transposed copy, which would double the block's memory).
     """
 
-    X: sp.csr_matrix  # R x Fb
+    source: sp.csr_matrix
+    n_features: int
+    rows: np.ndarray  # R, rows of source
+    col_feature: np.ndarray  # Fb, columns of source (n_features = the bias)
+    bias: float
     Y: np.ndarray  # R x n, +1 / -1
     cost: np.ndarray  # R x n, c_i per problem; 0 = padding
     row_len: np.ndarray  # T, rows per task
     col_len: np.ndarray  # T, columns per task
     stats: SolveStats = field(default_factory=SolveStats)
+    X: sp.csr_matrix | None = field(default=None, repr=False)  # the block matrix, R x Fb
     _X_sq: sp.csr_matrix | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_rows(
+        cls, source: sp.csr_matrix, rows: np.ndarray, row_len: np.ndarray, col_len: np.ndarray,
+        col_feature: np.ndarray, bias: float, Y: np.ndarray, cost: np.ndarray, materialise: bool = False,
+    ) -> "Block":
+        if len(rows) != int(row_len.sum()) or len(col_feature) != int(col_len.sum()) or Y.shape != cost.shape or Y.shape[0] != len(rows):
+            raise RankerError(
+                f"solver block: inconsistent shapes rows {len(rows)} / {int(row_len.sum())}, "
+                f"cols {len(col_feature)} / {int(col_len.sum())}, Y {Y.shape}, cost {cost.shape}"
+            )
+        block = cls(
+            source=source, n_features=source.shape[1], rows=np.asarray(rows, np.int64),
+            col_feature=np.asarray(col_feature, np.int64), bias=float(bias),
+            Y=np.ascontiguousarray(Y, dtype=np.float32), cost=np.ascontiguousarray(cost, dtype=np.float32),
+            row_len=np.asarray(row_len, dtype=np.int64), col_len=np.asarray(col_len, dtype=np.int64),
+        )
+        if materialise:
+            from xtransformer.ranker.kernels import gather_block
+
+            indptr, indices, data = gather_block(source.indptr, source.indices, source.data, block.n_features,
+                                                 block.rows, block.row_len, block.col_feature, block.col_len,
+                                                 np.float32(block.bias))
+            block.X = sp.csr_matrix((data, indices, indptr), shape=(len(rows), len(col_feature)))
+            block.X.has_sorted_indices = source.has_sorted_indices  # columns keep the source's order
+        return block
 
     @classmethod
     def from_scipy(
         cls, Xb: sp.csr_matrix, row_len: np.ndarray, col_len: np.ndarray, Y: np.ndarray, cost: np.ndarray
     ) -> "Block":
-        if Xb.shape != (int(row_len.sum()), int(col_len.sum())) or Y.shape != cost.shape or Y.shape[0] != Xb.shape[0]:
-            raise RankerError(
-                f"solver block: inconsistent shapes X {Xb.shape}, rows {int(row_len.sum())}, "
-                f"cols {int(col_len.sum())}, Y {Y.shape}, cost {cost.shape}"
-            )
-        return cls(
-            X=_f32_csr(Xb),
-            Y=np.ascontiguousarray(Y, dtype=np.float32),
-            cost=np.ascontiguousarray(cost, dtype=np.float32),
-            row_len=np.asarray(row_len, dtype=np.int64),
-            col_len=np.asarray(col_len, dtype=np.int64),
-        )
+        """A block from its matrix (``R x Fb``, bias column included): its own source."""
+        if Xb.shape != (int(row_len.sum()), int(col_len.sum())):
+            raise RankerError(f"solver block: X {Xb.shape} does not match rows {int(row_len.sum())}, cols {int(col_len.sum())}")
+        Xb = _f32_csr(Xb)
+        block = cls.from_rows(Xb, np.arange(Xb.shape[0]), row_len, col_len, np.arange(Xb.shape[1]), 0.0, Y, cost)
+        block.X = Xb
+        return block
 
     def columns(self, cols: slice | np.ndarray, share_stats: bool = False) -> "Block":
         """The same tasks and matrices restricted to label slots ``cols``."""
-        return Block(
-            self.X, np.ascontiguousarray(self.Y[:, cols]), np.ascontiguousarray(self.cost[:, cols]),
-            self.row_len, self.col_len, self.stats if share_stats else SolveStats(), self._X_sq,
+        return replace(
+            self, Y=np.ascontiguousarray(self.Y[:, cols]), cost=np.ascontiguousarray(self.cost[:, cols]),
+            stats=self.stats if share_stats else SolveStats(),
         )
 
     @property
@@ -239,14 +271,13 @@ def solve_block(block: Block, params: SolverParams) -> np.ndarray:
 def _solve_dual_cd(block: Block, params: SolverParams) -> np.ndarray:
     from xtransformer.ranker.kernels import dual_cd_squared_hinge
 
-    X, (R, n) = block.X, block.Y.shape
-    W = np.zeros((X.shape[1], n), dtype=np.float32)
+    S, (R, n) = block.source, block.Y.shape
+    W = np.zeros((len(block.col_feature), n), dtype=np.float32)
     passes = np.zeros((block.n_tasks, n), dtype=np.int64)
     row_start = np.cumsum(block.row_len) - block.row_len
-    col_start = np.cumsum(block.col_len) - block.col_len
-    dual_cd_squared_hinge(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int32, copy=False), X.data,
-                          row_start, block.row_len, col_start, block.col_len, block.Y, block.cost,
-                          float(params.eps), int(params.max_iter), int(params.seed), W, passes)
+    dual_cd_squared_hinge(S.indptr, S.indices, S.data, block.n_features, block.rows, block.row_len, block.col_feature,
+                          block.col_len, np.float32(block.bias), block.Y, block.cost, float(params.eps),
+                          int(params.max_iter), int(params.seed), W, passes)
     is_problem = block.cost[row_start] > 0 if R else np.zeros((block.n_tasks, n), bool)
     block.stats.problems += int(is_problem.sum())
     block.stats.converged += int((is_problem & (passes < params.max_iter)).sum())
