@@ -71,6 +71,18 @@ class OursIndexing(_Ours):
 
         return IndexingConfig(seed=self.seed, threads=self.threads)
 
+    def prepare(self, data_dir: Path, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
+        # PECOS's runner imports its compiled core with the module, untimed. Ours is the library
+        # plus numba kernels loaded from their on-disk cache at first call: run the phases once on
+        # 64 documents of the same matrices (same dtypes), so the timed phases time the work, not
+        # the loading. Its cost is the JSON's `prepare` seconds.
+        Xs, Ys = X[:64], Y[:64]
+        Ys = Ys[:, np.flatnonzero(Ys.getnnz(axis=0))]
+        self.index(Xs, Ys)
+        if self.has_train:
+            self.train(Xs, Ys, data_dir)
+            self.predict(Xs, 5, "default")
+
     def index(self, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
         # build_index would also compute cluster-quality diagnostics; time only the tree itself.
         from xtransformer.indexing import hierarchical_kmeans, label_representation
@@ -95,7 +107,8 @@ class OursXRLinear(OursIndexing):
     def config(self):
         from xtransformer.indexing import IndexingConfig
 
-        return IndexingConfig(seed=self.seed, threads=self.threads, max_leaf_size=self.MAX_LEAF_SIZE)
+        return IndexingConfig(seed=self.seed, threads=self.threads, max_leaf_size=self.MAX_LEAF_SIZE,
+                              orphan_fallback="none")  # configs/xrlinear/default.yaml
 
     def index(self, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
         super().index(X, Y)
