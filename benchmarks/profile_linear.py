@@ -76,7 +76,8 @@ def main() -> None:
     X, Y = phases.load_split(args.data, info.get("train_split", "train"))
     model = HierarchicalLinear.load(args.model) if args.model else None
     if "index" in todo or "train" in todo:
-        cfg = IndexingConfig(seed=0, threads=args.threads, max_leaf_size=args.max_leaf_size or None)
+        cfg = IndexingConfig(seed=0, threads=args.threads, max_leaf_size=args.max_leaf_size or None,
+                             orphan_fallback="none")  # as configs/xrlinear
 
         def index():
             Z, _ = label_representation(cfg.name, Y, X, normalize_y_rows=cfg.normalize_y_rows,

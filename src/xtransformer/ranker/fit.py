@@ -66,9 +66,8 @@ def train_levels(
         parts = trainer.finish()
     out = []
     for d, spec in enumerate(specs):
-        feats, labs, vals = parts[d]
-        W = sp.csc_matrix((vals, (feats, labs)), shape=(F1, spec.C.shape[0]), dtype=np.float32)
-        W.sort_indices()
+        W = _weights_csc(parts[d], F1, spec.C.shape[0])
+        parts[d] = []
         info = vars(trainer.stats[d]) | {
             "blocks": len(batches[d]),
             "tasks": int(sum(len(b) for b in batches[d])),
@@ -115,29 +114,54 @@ class BlockTrainer:
                     self._collect(self.pending.pop(fut), fut)
 
     def _solve(self, bd: BlockData, block: Block, cols: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray, SolveStats]:
-        W = solve_block(block, self.params)
+        Wt = solve_block(block, self.params).T  # slot-major: each label's weights come out as one run
         slot_label = bd.slot_label[:, cols]
         col_task = bd.col_task
-        f, j = np.nonzero((np.abs(W) >= self.threshold) & (slot_label[col_task] >= 0))
-        return bd.col_feature[f], slot_label[col_task[f], j], W[f, j], block.stats
+        j, f = np.nonzero((np.abs(Wt) >= self.threshold) & (slot_label[col_task].T >= 0))
+        # int32 (F and L < 2^31): the triplets of a level are held until its matrix is built
+        return bd.col_feature[f].astype(np.int32), slot_label[col_task[f], j].astype(np.int32), Wt[j, f], block.stats
 
     def _collect(self, tag: int, fut) -> None:
         feats, labs, vals, stats = fut.result()
         self.parts[tag].append((feats, labs, vals))
         self.stats[tag].add(stats)
 
-    def finish(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Wait for every chunk; the (feature, label, weight) triplets of each tag."""
+    def finish(self) -> list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+        """Wait for every chunk; the (feature, label, weight) triplets of each chunk, by tag."""
         try:
             for fut in list(self.pending):
                 self._collect(self.pending.pop(fut), fut)
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
-        empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
-        return [
-            tuple(np.concatenate([p[i] for p in parts]) for i in range(3)) if parts else empty  # type: ignore[misc]
-            for parts in self.parts
-        ]
+        return self.parts
+
+
+def _weights_csc(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_rows: int, n_labels: int) -> sp.csc_matrix:
+    """A level's ``W`` (csc, ``n_rows x n_labels``) from its chunks' triplets, written in place.
+
+    A label is solved in exactly one chunk, whose triplets list it as one run in increasing
+    feature id; so each run is copied to its column's slot, with no COO intermediate and no
+    sort (the memory peak of a level is its triplets plus the matrix).
+    """
+    counts = np.zeros(n_labels, np.int64)
+    for _, labs, _ in parts:
+        counts += np.bincount(labs, minlength=n_labels)
+    indptr = np.zeros(n_labels + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    idx = np.int32 if indptr[-1] < 2**31 else np.int64
+    indices = np.empty(int(indptr[-1]), idx)
+    data = np.empty(int(indptr[-1]), np.float32)
+    for feats, labs, vals in parts:
+        if len(labs) == 0:
+            continue
+        starts = np.flatnonzero(np.r_[True, labs[1:] != labs[:-1]])
+        offset = np.arange(len(labs)) - np.repeat(starts, np.diff(np.r_[starts, len(labs)]))
+        dest = indptr[labs] + offset
+        indices[dest] = feats
+        data[dest] = vals
+    W = sp.csc_matrix((data, indices, indptr), shape=(n_rows, n_labels))
+    W.has_sorted_indices = True
+    return W
 
 
 def train_level(X: sp.csr_matrix, Y: sp.csr_matrix, C: sp.csr_matrix, mask: sp.csr_matrix, params: SolverParams,

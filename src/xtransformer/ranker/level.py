@@ -65,7 +65,7 @@ class LinearLevel:
             raise RankerError(f"ranker: shortlist cluster ids must lie in [0, {self.n_clusters})")
         scorer = self._get_scorer()
         chunks = pair_chunks(parents, np.diff(X.indptr), scorer.n_max)
-        hard = bool(np.all(np.diff(self.C.indptr) == 1))
+        hard = scorer.hard
 
         def run(sel: slice) -> Candidates:
             doc, node, parent = parents.doc[sel], parents.item[sel], parents.score[sel]

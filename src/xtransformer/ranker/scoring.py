@@ -34,6 +34,7 @@ class PairScorer:
         self.K, self.F1, self.bias = C.shape[1], W.shape[0], float(bias)
         sizes = np.diff(Cc.indptr)
         self.n_max = max(int(sizes.max(initial=0)), 1)
+        self.hard = bool(np.all(np.diff(C.indptr) == 1))  # every label in one cluster (no copies)
         k_of = np.repeat(np.arange(self.K, dtype=np.int64), sizes)  # per (cluster, label) entry
         j_of = ranges(np.zeros(self.K), sizes)
         l_of = Cc.indices.astype(np.int64)
