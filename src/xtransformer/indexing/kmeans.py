@@ -206,29 +206,38 @@ def _split_level(
     caps = np.zeros((len(splitting), branching), dtype=np.int64)
     sel = child_node >= 0
     caps[child_node[sel], j[sel]] = child_size[sel]
-    # Seeds: the first n_children rows of a random order within each node, one per child.
+    from xtransformer.indexing.kmeans_level import node_seeds, split_level  # numba loads with the first clustering
+
+    # Seeds: the rows of the n_children highest random keys within each node, one per child.
     node_start = np.searchsorted(node, np.arange(len(splitting) + 1))
-    order = _rank_within_nodes(rng.random(len(node)), node)
-    rank = np.arange(len(node)) - node_start[node]
-    first = rank < branching
-    seeds = np.zeros((len(splitting), branching), dtype=np.int64)
-    seeds[node[first], rank[first]] = order[first] - node_start[node[first]]
-
-    from xtransformer.indexing.kmeans_level import split_level  # numba loads with the first clustering
-
+    seeds = node_seeds(rng.random(len(node)), node_start, branching)
     labels = perm[pos]
     t0 = time.perf_counter()
     assign, n_iter = split_level(X, labels, node_start, caps, seeds, max_iter, threads)
     log.debug("level with %d splitting nodes, %d labels: at most %d iterations, %.2fs",
               len(splitting), len(labels), int(n_iter.max()), time.perf_counter() - t0)
     new_perm = perm.copy()
-    new_perm[pos] = labels[np.argsort(node * branching + assign, kind="stable")]  # children contiguous, in order
+    new_perm[pos] = labels[_children_order(node, assign, branching)]
     return new_perm
 
 
-def _rank_within_nodes(key: np.ndarray, node: np.ndarray) -> np.ndarray:
-    """Row order that keeps nodes (sorted) together and puts each node's highest ``key`` first."""
-    return np.argsort(node * 8.0 - np.clip(key, -3.0, 3.0), kind="stable")
+def _children_order(node: np.ndarray, assign: np.ndarray, branching: int) -> np.ndarray:
+    """``np.argsort(node * branching + assign, kind="stable")`` in linear time (``node`` is
+    sorted): a row goes to its key's first place plus the rows of the same key before it."""
+    key = node * branching + assign
+    if len(key) == 0:
+        return np.zeros(0, np.int64)
+    counts = np.bincount(key)
+    dest = (np.cumsum(counts) - counts)[key]
+    n_nodes = int(node[-1]) + 1
+    for b in range(branching):  # + rank among the rows of the same (node, child)
+        sel = assign == b
+        before = np.cumsum(sel) - sel  # rows of child b before this one, over all nodes
+        in_earlier_nodes = np.r_[0, np.cumsum(np.bincount(node[sel], minlength=n_nodes))[:-1]]
+        dest[sel] += (before - in_earlier_nodes[node])[sel]
+    order = np.empty(len(key), np.int64)
+    order[dest] = np.arange(len(key))
+    return order
 
 
 def _check_features(features: sp.spmatrix | np.ndarray) -> sp.csr_matrix | np.ndarray:

@@ -63,6 +63,64 @@ def _dots_parallel(indptr, indices, data, rows, center, out):  # pragma: no cove
 
 
 @njit(nogil=True, cache=True)
+def node_seeds(key, node_start, n_seeds):  # pragma: no cover - compiled
+    """Per node, the positions (within the node) of its ``n_seeds`` highest ``key`` values,
+    highest first, ties by position: one pass per node instead of a sort of the whole level."""
+    n_nodes = len(node_start) - 1
+    seeds = np.zeros((n_nodes, n_seeds), np.int64)
+    best = np.empty(n_seeds, np.float64)
+    for n in range(n_nodes):
+        a, b = node_start[n], node_start[n + 1]
+        m = 0
+        for r in range(a, b):  # insertion into the (short) sorted list of the best so far
+            v = key[r]
+            if m == n_seeds and v <= best[m - 1]:
+                continue
+            q = min(m, n_seeds - 1)
+            while q > 0 and best[q - 1] < v:
+                best[q] = best[q - 1]
+                seeds[n, q] = seeds[n, q - 1]
+                q -= 1
+            best[q] = v
+            seeds[n, q] = r - a
+            m = min(m + 1, n_seeds)
+    return seeds
+
+
+@njit(nogil=True, cache=True)
+def _rank(key):  # pragma: no cover - compiled
+    """``np.argsort(-key, kind="mergesort")`` (descending, ties in row order), sorting only the
+    nonzero keys: rows with key exactly 0 (all-zero feature rows, e.g. labels without positives,
+    which are most rows of a large sparse problem) keep their order between the positive and the
+    negative ones without entering the sort."""
+    n = len(key)
+    n_pos = 0
+    n_neg = 0
+    for r in range(n):
+        if key[r] > 0:
+            n_pos += 1
+        elif key[r] < 0:
+            n_neg += 1
+    pos = np.empty(n_pos, np.int64)
+    neg = np.empty(n_neg, np.int64)
+    order = np.empty(n, np.int64)
+    a, b, z = 0, 0, n_pos
+    for r in range(n):
+        if key[r] > 0:
+            pos[a] = r
+            a += 1
+        elif key[r] < 0:
+            neg[b] = r
+            b += 1
+        else:
+            order[z] = r
+            z += 1
+    order[:n_pos] = pos[np.argsort(-key[pos], kind="mergesort")]
+    order[n - n_neg:] = neg[np.argsort(-key[neg], kind="mergesort")]
+    return order
+
+
+@njit(nogil=True, cache=True)
 def _split_node(indptr, indices, data, rows, caps, n_children, seeds, max_iter, assign, parallel, mark, sums,
                 center):  # pragma: no cover - compiled
     """Balanced k-means of one node; writes each row's child into ``assign``; returns the
@@ -101,7 +159,7 @@ def _split_node(indptr, indices, data, rows, caps, n_children, seeds, max_iter, 
                 _dots_parallel(indptr, indices, data, rows, center[0], key)
             else:
                 _dots(indptr, indices, data, rows, center[0], key)
-            order = np.argsort(-key, kind="mergesort")  # stable: ties keep row order
+            order = _rank(key)
             for q in range(n):
                 new[order[q]] = 0 if q < caps[0] else 1
         else:  # peel child b: the rows most in favour of b over every later child
