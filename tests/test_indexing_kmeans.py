@@ -18,7 +18,8 @@ from xtransformer.indexing import (
     random_balanced_codes,
     resolve_n_clusters,
 )
-from xtransformer.indexing.kmeans_level import split_level
+from xtransformer.indexing.kmeans import _children_order
+from xtransformer.indexing.kmeans_level import _rank, node_seeds, split_level
 from xtransformer.indexing.synthetic import planted_label_features
 
 
@@ -134,6 +135,27 @@ def test_split_level_on_hand_built_nodes(branching: int) -> None:
             assert len(set(a[np.array(groups) == g])) == 1
         np.testing.assert_array_equal(np.bincount(a, minlength=branching), caps[node])
     assert (iters >= 2).all()  # the seeded assignment, then one that changes nothing
+
+
+def test_linear_time_orderings_equal_the_stable_sorts() -> None:
+    """The level's orderings skip full sorts (zero keys, per-node seeds, children by counting) and
+    must give exactly the stable sorts they replace, ties included."""
+    rng = np.random.default_rng(1)
+    for t in range(200):
+        b = int(rng.integers(2, 5))
+        sizes = rng.integers(b, 12, size=rng.integers(1, 8))
+        node = np.repeat(np.arange(len(sizes)), sizes)
+        assign = rng.integers(0, b, size=len(node))
+        np.testing.assert_array_equal(_children_order(node, assign, b), np.argsort(node * b + assign, kind="stable"))
+        key = rng.choice([-1.0, -0.5, 0.0, 0.0, 0.5, 1.0], size=len(node)) if t % 2 else rng.random(len(node)) - 0.5
+        np.testing.assert_array_equal(_rank(key), np.argsort(-key, kind="mergesort"))
+        node_start = np.searchsorted(node, np.arange(len(sizes) + 1))
+        order = np.argsort(node * 8.0 - key, kind="stable")  # each node's highest keys first, ties by position
+        rank = np.arange(len(node)) - node_start[node]
+        first = rank < b
+        expected = np.zeros((len(sizes), b), np.int64)
+        expected[node[first], rank[first]] = order[first] - node_start[node[first]]
+        np.testing.assert_array_equal(node_seeds(key, node_start, b), expected)
 
 
 def test_recovers_planted_groups_better_than_random(planted) -> None:

@@ -15,6 +15,7 @@ from xtransformer.ranker.config import RankerConfig
 from xtransformer.ranker.level import LinearLevel
 from xtransformer.ranker.negatives import binarize
 from xtransformer.ranker.solver import Block, SolverParams, SolveStats, solve_block
+from xtransformer.utils.memory import release_free_memory
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ def train_levels(
                 trainer.submit(X, build_block(X, spec.Y, g, batch, params.Cp, params.Cn, bias), bias, tag=d)
     finally:
         parts = trainer.finish()
+        release_free_memory()  # the workers' scratch, before the levels' matrices are built
     out = []
     for d, spec in enumerate(specs):
         W = _weights_csc(parts[d], F1, spec.C.shape[0])
