@@ -11,6 +11,15 @@ import numpy as np
 import scipy.sparse as sp
 
 
+def run_starts(keys: np.ndarray) -> np.ndarray:
+    """Positions where a run of equal ``keys`` begins (``keys`` grouped); ``[]`` for no keys.
+    (No ``np.r_``: this sits on the per-request path, where numpy call overhead is the cost.)"""
+    new = np.empty(len(keys), dtype=bool)
+    if len(keys):
+        new[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=new[1:])
+    return np.flatnonzero(new)
+
 
 @dataclass
 class Candidates:
@@ -103,9 +112,13 @@ def topk_pairs(doc: np.ndarray, score: np.ndarray, item: np.ndarray, n_docs: int
     P, S = score.shape
     if P == 0:
         return Candidates(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), n_docs)
-    starts = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]])
-    group = np.cumsum(np.r_[False, doc[1:] != doc[:-1]])
-    pos = np.arange(P) - starts[group]
+    starts = run_starts(doc)
+    if len(starts) == 1:  # one document (a single request)
+        group = np.zeros(P, np.int64)
+        pos = np.arange(P)
+    else:
+        group = np.repeat(np.arange(len(starts)), np.diff(starts, append=P))
+        pos = np.arange(P) - starts[group]
     width = int(pos.max() + 1) * S
     vals = np.full((len(starts), width), -np.inf, dtype=np.float32)
     items = np.full((len(starts), width), -1, dtype=np.int64)

@@ -34,6 +34,8 @@ def concat_features(X_tfidf: sp.spmatrix, emb: np.ndarray | None = None, weight:
 
 def as_features(X: sp.spmatrix | np.ndarray, name: str = "X") -> sp.csr_matrix:
     """Any csr/dense feature matrix as csr float32 with sorted indices (no copy when already so)."""
+    if isinstance(X, sp.csr_matrix) and X.dtype == np.float32 and X.has_sorted_indices:
+        return X  # the common case, on every request: no new matrix object
     if sp.issparse(X):
         X = sp.csr_matrix(X, dtype=np.float32)
     elif isinstance(X, np.ndarray) and X.ndim == 2:

@@ -12,7 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.ranker.blocks import ranges
-from xtransformer.topk import Candidates
+from xtransformer.topk import Candidates, run_starts
 
 DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see PairScorer.pair_scores)
 SCORE_CHUNK_COST = 4_000_000  # document nonzeros per pair plus (pair, slot) cells per scoring chunk
@@ -66,7 +66,7 @@ class PairScorer:
         """Raw scores ``P x n_max`` of the label slots of clusters ``node`` for documents ``doc`` (grouped)."""
         from xtransformer.ranker.kernels import pair_scores  # numba loads with the first scoring only
 
-        starts = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]]) if len(doc) else np.zeros(0, np.int64)
+        starts = run_starts(doc)
         if self.W_dense is not None and 2 * len(doc) >= self.K * len(starts):  # beams hold most clusters
             F = self.F1 - (1 if self.bias > 0 else 0)
             docs = doc[starts]
@@ -75,7 +75,7 @@ class PairScorer:
             if self.bias > 0:
                 full += np.float32(self.bias) * self.W_dense[F]
             slots = self.slot_label[node]
-            out = full[np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(doc)]))[:, None], np.maximum(slots, 0)]
+            out = full[np.repeat(np.arange(len(starts)), np.diff(starts, append=len(doc)))[:, None], np.maximum(slots, 0)]
             out[slots < 0] = 0.0
             return out
         out = np.zeros((len(doc), self.n_max), dtype=np.float32)
@@ -90,9 +90,11 @@ def pair_chunks(parents: Candidates, row_nnz: np.ndarray, n_max: int) -> list[sl
     P = len(parents.doc)
     if P == 0:
         return []
+    if P * (n_max + int(row_nnz.max(initial=0))) <= SCORE_CHUNK_COST:  # small batches: one chunk
+        return [slice(0, P)]
     cum = np.cumsum(row_nnz[parents.doc].astype(np.int64) + n_max)
-    starts = np.flatnonzero(np.r_[True, parents.doc[1:] != parents.doc[:-1]])
+    starts = run_starts(parents.doc)
     chunk_of_doc = (cum[starts] - cum[starts[0]]) // SCORE_CHUNK_COST
-    cuts = starts[np.r_[True, chunk_of_doc[1:] != chunk_of_doc[:-1]]]
-    bounds = np.r_[cuts, P]
+    cuts = starts[run_starts(chunk_of_doc)]
+    bounds = np.append(cuts, P)
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
