@@ -144,6 +144,8 @@ def main() -> None:
     ap.add_argument("--min-count", type=int, default=1)
     ap.add_argument("--embeddings", type=Path, default=None,
                     help="folder of <split>.npy embeddings: the features become TF-IDF ⊕ embeddings (XR-Transformer's final model)")
+    ap.add_argument("--orphan-fallback", default="auto",
+                    help="labels without positives: auto | random_label | none (IndexingConfig.orphan_fallback)")
     ap.add_argument("--negatives", default="tfn", help="tfn | man | tfn+man (XR-Transformer's final model: tfn+man)")
     ap.add_argument("--save-predictions", type=Path, default=None,
                     help="folder for each row's eval-split predictions (lambda<k>-<cap>-<merge>.npz), e.g. to combine with another model")
@@ -167,7 +169,7 @@ def main() -> None:
                     for X, split in ((Xtr, problem.train_split), (Xev, problem.eval_split)))
     inv_prop = propensity(Ytr)
     icfg = IndexingConfig(n_clusters=args.n_clusters or None, max_leaf_size=None if args.n_clusters else MAX_LEAF_SIZE,
-                          threads=args.threads)
+                          threads=args.threads, orphan_fallback=args.orphan_fallback)
     xcfg = HierarchicalLinearConfig(threads=args.threads, beam_size=args.beam, topk=args.topk, threshold=args.threshold,
                                     negatives=args.negatives, features="tfidf" if args.embeddings is None else "tfidf+neural")
     chain, _ = build_index(icfg, Ytr, X_train_tfidf=Xtr)
@@ -179,7 +181,7 @@ def main() -> None:
             "level_sizes": [int(c.shape[0]) for c in chain], "beam": args.beam, "threads": args.threads,
             "max_cluster_growth": cap, "min_count": args.min_count,
             "features": xcfg.features, "embeddings": str(args.embeddings) if args.embeddings else None,
-            "threshold": args.threshold, "negatives": args.negatives}
+            "threshold": args.threshold, "negatives": args.negatives, "orphan_fallback": args.orphan_fallback}
     M = counts = None
     t_base = 0.0
     for lam, growth in runs:

@@ -14,7 +14,8 @@ import scipy.sparse as sp
 from xtransformer.ranker.blocks import ranges
 from xtransformer.topk import Candidates, run_starts
 
-DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see PairScorer.pair_scores)
+DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see PairScorer.pair_scores) ...
+DENSE_MIN_FILL = 0.05  # ... if at least this share of it is nonzero: sparser, the compiled loop wins
 SCORE_CHUNK_COST = 4_000_000  # document nonzeros per pair plus (pair, slot) cells per scoring chunk
 
 
@@ -53,10 +54,14 @@ class PairScorer:
         self.feat_ptr = np.searchsorted(feat[starts], np.arange(self.F1 + 1)).astype(idx)
         self.entries = np.empty((Wf.nnz, 2), dtype=np.float32)  # (weight, slot): slots < 2^24 are exact
         self.entries[:, 0], self.entries[:, 1] = Wf.data, j_of[Wf.indices]
-        # a small level (few labels, e.g. the top of the tree) is also kept as a dense F x L array:
-        # when the beams cover most of its clusters, one csr @ dense product scores them fastest
-        # (C order: scipy's csr @ dense copies a Fortran-ordered operand on every call)
-        self.W_dense = np.ascontiguousarray(W.toarray()) if self.F1 * W.shape[1] * 4 <= DENSE_BYTES else None
+        # a small, not too sparse level (few labels, e.g. the top of the tree) is also kept as a
+        # dense F x L array: when the beams cover most of its clusters, one csr @ dense product
+        # scores them fastest (C order: scipy's csr @ dense copies a Fortran-ordered operand on
+        # every call). A sparse one is not: Reuters' flat level, 0.9% nonzero, answers a request
+        # in 0.13 ms with the compiled loop against 0.18 ms dense, at the same batch time.
+        cells = self.F1 * W.shape[1]
+        small, filled = cells * 4 <= DENSE_BYTES, W.nnz >= DENSE_MIN_FILL * cells
+        self.W_dense = np.ascontiguousarray(W.toarray()) if small and filled else None
 
     def warm_up(self) -> None:
         empty = np.zeros(0, np.int64)
