@@ -4,8 +4,8 @@ Labels are grouped into *tasks*: the labels of one cluster share one training se
 (its rows of the negative mask). Tasks are packed into blocks of bounded size; a block's matrix
 is the block-diagonal stack of each task's rows restricted to the features that occur in them
 (plus the bias column), so the solver's weight tensors hold no column that is always zero. A
-block is described by its rows and columns (a view of ``X``), not copied.
-Everything here is vectorised over tasks, rows and nonzeros.
+block is described by its rows and columns (a view of ``X``), not copied. Everything here is
+vectorised over tasks, rows and nonzeros, or a compiled loop (``kernels.block_columns``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.ranker.negatives import binarize
-
 
 
 def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -29,7 +28,8 @@ def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def with_bias(X: sp.csr_matrix, bias: float) -> sp.csr_matrix:
-    """``[X | bias]`` (csr float32); ``X`` itself when ``bias <= 0``."""
+    """``[X | bias]`` (csr float32); ``X`` itself when ``bias <= 0``: the input a level's ``W``
+    (``(F + 1) x L``) is written for, kept as the reference the tests score against."""
     if bias <= 0:
         return X
     n = X.shape[0]
@@ -116,9 +116,9 @@ def plan_batches(groups: TaskGroups, row_nnz: np.ndarray, min_nnz: int) -> list[
 class BlockData:
     """A block as a view of ``X``: its rows, its columns per task, targets, and label ids.
 
-    The block matrix (block-diagonal over tasks) is never copied for the dual coordinate
-    descent, which reads the rows of ``X`` in place; ``solver.Block.from_rows`` builds it only
-    for the Newton solver.
+    The block matrix (block-diagonal over tasks) is never built for the dual coordinate descent,
+    whose workers copy one task's rows at a time; ``solver.Block.from_rows`` builds it only for
+    the Newton solver.
     """
 
     rows: np.ndarray  # R, rows of X, task by task

@@ -75,8 +75,8 @@ class Block:
 
     The block is a view: task rows are ``rows`` of ``source`` (csr, ``n_features`` columns) plus a
     constant ``bias`` feature (column id ``n_features`` in ``col_feature``, when ``bias > 0``), and
-    task ``t``'s columns are its slice of ``col_feature``. The dual coordinate descent reads the
-    rows in place; the Newton solver needs the block matrix itself (``X``, csr float32, built once
+    task ``t``'s columns are its slice of ``col_feature``. The dual coordinate descent copies one
+    task's rows at a time (``kernels.gather_task``); the Newton solver needs the block matrix itself (``X``, csr float32, built once
     per block by :meth:`from_rows` with ``materialise``). Its sparse products release the GIL, so
     the worker threads of ``fit.BlockTrainer`` run them in parallel; ``X^T @ U`` goes through the
     transposed view (as fast here as a transposed copy, which would double the block's memory).
