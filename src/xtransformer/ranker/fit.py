@@ -19,7 +19,7 @@ from xtransformer.utils.memory import release_free_memory
 
 log = logging.getLogger(__name__)
 
-MAX_SLOTS = 16  # labels solved together: keeps the F_task x slots weight tensors cache-sized
+MAX_SLOTS = 64  # labels solved in lockstep; one row visit serves them all (EURLEX57K training, same hour: 16 slots 74 s, 48: 52 s, 64: 44 s)
 
 
 def solver_params(cfg: RankerConfig) -> SolverParams:
