@@ -91,8 +91,8 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
 
     The slots of a task run in lockstep: a visit reads the row once and updates every slot (``w``
     is feature-major, a feature's slots side by side): with up to 64 slots, 3x faster than
-    solving one problem at a time on EURLEX57K. Each slot keeps its own shrinking and stopping; a row leaves the pass
-    order once every running slot has shrunk it. The shuffle is an xorshift stream seeded by
+    solving one problem at a time on EURLEX57K. Each slot keeps its own shrinking and stopping;
+    a row leaves the pass order once every running slot has shrunk it. The shuffle is an xorshift stream seeded by
     (``seed``, task): the result does not depend on threads.
     Writes ``W[col, j]``; ``passes[t, j]`` counts the passes made.
     """
