@@ -117,11 +117,12 @@ class BlockTrainer:
 
     def _solve(self, bd: BlockData, block: Block, cols: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray, SolveStats]:
         Wt = solve_block(block, self.params).T  # slot-major: each label's weights come out as one run
-        slot_label = bd.slot_label[:, cols]
-        col_task = bd.col_task
-        j, f = np.nonzero((np.abs(Wt) >= self.threshold) & (slot_label[col_task].T >= 0))
+        j, f = np.nonzero(np.abs(Wt) >= self.threshold)
+        labels = bd.slot_label[:, cols][bd.col_task[f], j]  # per kept weight only: no Fb x n label table
+        keep = labels >= 0  # padding slots (their weights stay 0, so only a zero threshold keeps them)
+        j, f, labels = j[keep], f[keep], labels[keep]
         # int32 (F and L < 2^31): the triplets of a level are held until its matrix is built
-        return bd.col_feature[f].astype(np.int32), slot_label[col_task[f], j].astype(np.int32), Wt[j, f], block.stats
+        return bd.col_feature[f].astype(np.int32), labels.astype(np.int32), Wt[j, f], block.stats
 
     def _collect(self, tag: int, fut) -> None:
         feats, labs, vals, stats = fut.result()
