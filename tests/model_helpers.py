@@ -13,6 +13,21 @@ from xtransformer.model.export import write_xrlinear
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
 
 
+def with_bias(X: sp.csr_matrix, bias: float) -> sp.csr_matrix:
+    """``[X | bias]`` (csr float32); ``X`` itself when ``bias <= 0``: the input a level's ``W``
+    (``(F + 1) x L``) is written for, the reference the ranker tests score against."""
+    if bias <= 0:
+        return X
+    n = X.shape[0]
+    col = sp.csr_matrix(
+        (np.full(n, bias, dtype=np.float32), np.zeros(n, dtype=np.int32), np.arange(n + 1, dtype=np.int64)),
+        shape=(n, 1),
+    )
+    out = sp.hstack([X, col], format="csr", dtype=np.float32)
+    out.has_sorted_indices = True  # the bias column comes last in every row
+    return out
+
+
 def toy_tree(C: sp.csr_matrix) -> list[sp.csr_matrix]:
     """Root -> K clusters -> L labels."""
     return [sp.csr_matrix(np.ones((C.shape[1], 1), np.float32)), C]

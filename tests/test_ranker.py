@@ -26,7 +26,8 @@ from xtransformer.ranker import (
     train_ranker,
 )
 from xtransformer.ranker import scoring
-from xtransformer.ranker.blocks import build_block, make_groups, plan_batches, with_bias
+from model_helpers import with_bias
+from xtransformer.ranker.blocks import build_block, make_groups, plan_batches
 from xtransformer.ranker.solver import Block, SolverParams, solve_block
 
 TIGHT = dict(eps=1e-7, max_iter=100, max_cg_iter=500)

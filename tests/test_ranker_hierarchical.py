@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 from xtransformer.indexing import ClusterChain
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, RankerError, get_post_processor, level_targets
-from xtransformer.ranker.blocks import with_bias
+from model_helpers import with_bias
 from xtransformer.ranker.negatives import binarize
 from xtransformer.topk import Candidates
 

@@ -27,21 +27,6 @@ def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(starts, dtype=np.int64) - offsets, lengths) + np.arange(total, dtype=np.int64)
 
 
-def with_bias(X: sp.csr_matrix, bias: float) -> sp.csr_matrix:
-    """``[X | bias]`` (csr float32); ``X`` itself when ``bias <= 0``: the input a level's ``W``
-    (``(F + 1) x L``) is written for, kept as the reference the tests score against."""
-    if bias <= 0:
-        return X
-    n = X.shape[0]
-    col = sp.csr_matrix(
-        (np.full(n, bias, dtype=np.float32), np.zeros(n, dtype=np.int32), np.arange(n + 1, dtype=np.int64)),
-        shape=(n, 1),
-    )
-    out = sp.hstack([X, col], format="csr", dtype=np.float32)
-    out.has_sorted_indices = True  # the bias column comes last in every row
-    return out
-
-
 @dataclass
 class TaskGroups:
     """Labels grouped by identical training rows; CSR-like lists per group."""
