@@ -456,3 +456,27 @@ def test_topk_csr_keeps_best_per_row():
     M = sp.csr_matrix(np.array([[0.1, 0.9, 0.5, 0.0], [0.0, 0.2, 0.0, 0.3]], np.float32))
     out = topk_csr(M, 2).toarray()
     np.testing.assert_array_equal(out, np.array([[0.0, 0.9, 0.5, 0.0], [0.0, 0.2, 0.0, 0.3]], np.float32))
+
+
+@pytest.mark.parametrize("k", [1, 3, 7, 40])
+def test_best_labels_equal_a_full_sort(k):
+    """The beam's per-document selection (compiled, one pass) against sorting every candidate:
+    best first, ties to the smaller label, padding (-1) never kept, short documents kept whole."""
+    from xtransformer.ranker.level import best_labels
+
+    rng = np.random.default_rng(k)
+    doc = np.sort(rng.integers(0, 9, size=40))  # grouped; some documents absent, some with one row
+    score = (rng.integers(0, 4, size=(40, 6)) / 4).astype(np.float32)  # few values: many ties
+    label = rng.permutation(40 * 6).reshape(40, 6).astype(np.int64)
+    label[rng.random((40, 6)) < 0.3] = -1
+    got = best_labels(doc, score, label, 9, k)
+    want_doc, want_label, want_score = [], [], []
+    for d in np.unique(doc):
+        cells = sorted((-s, lab) for s, lab in zip(score[doc == d].ravel(), label[doc == d].ravel()) if lab >= 0)
+        for s, lab in cells[:k]:
+            want_doc.append(d), want_label.append(lab), want_score.append(-s)
+    np.testing.assert_array_equal(got.doc, want_doc)
+    np.testing.assert_array_equal(got.item, want_label)
+    np.testing.assert_array_equal(got.score, np.asarray(want_score, np.float32))
+    with pytest.raises(RankerError, match="keep must be >= 1"):
+        best_labels(doc, score, label, 9, 0)

@@ -317,19 +317,73 @@ def gather_block(indptr, indices, data, n_features, rows, row_len, col_feature, 
 
 
 @njit(nogil=True, cache=True)
+def _keep_best(s, item, m, k, best_s, best_i):  # pragma: no cover - compiled
+    """Offer ``(s, item)`` to the best-first lists ``best_s`` / ``best_i`` holding ``m`` of at most
+    ``k`` entries (higher score first; ties: smaller item first). Returns the new ``m``."""
+    if m == k:
+        if s < best_s[k - 1] or (s == best_s[k - 1] and item > best_i[k - 1]) or s != s:
+            return m
+        b = k - 1
+    else:
+        b = m
+        m += 1
+    while b > 0 and (best_s[b - 1] < s or (best_s[b - 1] == s and best_i[b - 1] > item)):
+        best_s[b] = best_s[b - 1]
+        best_i[b] = best_i[b - 1]
+        b -= 1
+    best_s[b] = s
+    best_i[b] = item
+    return m
+
+
+@njit(nogil=True, cache=True)
+def select_topk(doc, score, item, k, out_doc, out_item, out_score):  # pragma: no cover - compiled
+    """The ``k`` best cells of each document's rows, best first (ties: smaller item first).
+
+    Row ``p`` of ``score`` / ``item`` (``P x S``) belongs to document ``doc[p]`` (rows grouped by
+    document); cells with ``item < 0`` are padding. One pass over the cells with a running best-k
+    list: no sort of all candidates, no padded per-document table. Writes the ``out_*`` arrays
+    (room for ``min(k, cells)`` a document); returns their length.
+    """
+    P, S = score.shape
+    best_s = np.empty(k, np.float32)
+    best_i = np.empty(k, np.int64)
+    kept = 0
+    p0 = 0
+    while p0 < P:
+        d = doc[p0]
+        m = 0
+        p1 = p0
+        while p1 < P and doc[p1] == d:
+            for j in range(S):
+                if item[p1, j] >= 0:
+                    m = _keep_best(score[p1, j], item[p1, j], m, k, best_s, best_i)
+            p1 += 1
+        for q in range(m):
+            out_doc[kept] = d
+            out_item[kept] = best_i[q]
+            out_score[kept] = best_s[q]
+            kept += 1
+        p0 = p1
+    return kept
+
+
+@njit(nogil=True, cache=True)
 def merge_copies(doc, item, score, label_of, n_labels, k, mean, out_doc, out_label, out_score):  # pragma: no cover
     """One score per (document, label) from its copies' scores (``mean``: their average, else the
     max), the best ``k`` labels of each document kept in descending score (ties: smaller label
     first). Candidates come grouped by document. Writes the ``out_*`` arrays; returns their length.
 
-    One pass per document with a label -> entry map (no sort of all candidates), then a sort of
-    the document's few distinct labels.
+    One pass per document with a label -> entry map (no sort of all candidates), then the best
+    ``k`` of the document's distinct labels.
     """
     slot = np.full(n_labels, -1, np.int64)
     n = len(doc)
     total = np.zeros(n, np.float64)
     count = np.zeros(n, np.int64)
     lab = np.empty(n, np.int64)
+    best_s = np.empty(k, np.float32)
+    best_i = np.empty(k, np.int64)
     kept = 0
     p0 = 0
     while p0 < n:
@@ -351,29 +405,15 @@ def merge_copies(doc, item, score, label_of, n_labels, k, mean, out_doc, out_lab
             elif score[p1] > total[e]:
                 total[e] = score[p1]
             p1 += 1
-        merged = np.empty(m, np.float64)
+        b = 0
         for e in range(m):
             slot[lab[e]] = -1
-            merged[e] = total[e] / count[e] if mean else total[e]
-            merged[e] = np.float32(merged[e])  # the scale the scores are reported in
-        order = np.arange(m)
-        if m <= 64:  # insertion sort: a document's handful of labels, no sort call per document
-            for a in range(1, m):
-                e = order[a]
-                b = a - 1
-                while b >= 0 and (merged[order[b]] < merged[e] or
-                                  (merged[order[b]] == merged[e] and lab[order[b]] > lab[e])):
-                    order[b + 1] = order[b]
-                    b -= 1
-                order[b + 1] = e
-        else:
-            by_label = np.argsort(lab[:m], kind="mergesort")
-            order = by_label[np.argsort(-merged[by_label], kind="mergesort")]
-        for q in range(min(k, m)):
-            e = order[q]
+            merged = np.float32(total[e] / count[e] if mean else total[e])  # the scale scores are reported in
+            b = _keep_best(merged, lab[e], b, k, best_s, best_i)
+        for q in range(b):
             out_doc[kept] = d
-            out_label[kept] = lab[e]
-            out_score[kept] = merged[e]
+            out_label[kept] = best_i[q]
+            out_score[kept] = best_s[q]
             kept += 1
         p0 = p1
     return kept

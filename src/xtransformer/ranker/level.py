@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.postprocess import PostProcessor
 from xtransformer.ranker.scoring import PairScorer, pair_chunks
-from xtransformer.topk import Candidates, concat, dedupe_max, topk, topk_pairs
+from xtransformer.topk import Candidates, concat, dedupe_max, topk
 from xtransformer.utils.io import load_csr, load_json, save_csr, save_json
 
 
@@ -73,7 +73,7 @@ class LinearLevel:
             labels = scorer.slot_label[node]
             final = post.combine(raw, parent[:, None])
             if hard:
-                return topk_pairs(doc, final, labels, parents.n_docs, keep)
+                return best_labels(doc, final, labels, parents.n_docs, keep)
             valid = labels >= 0  # a label under several kept clusters: keep its best score once
             c = Candidates(np.broadcast_to(doc[:, None], labels.shape)[valid], labels[valid], final[valid], parents.n_docs)
             return topk(dedupe_max(c), keep)
@@ -84,6 +84,20 @@ class LinearLevel:
         else:
             parts = [run(s) for s in chunks]
         return concat(parts, parents.n_docs)
+
+
+def best_labels(doc: np.ndarray, score: np.ndarray, label: np.ndarray, n_docs: int, k: int) -> Candidates:
+    """The ``k`` best labels of each document from ``P x S`` score / label rows (row ``p`` is
+    document ``doc[p]``'s, grouped; label -1 is padding), best first, ties to the smaller label."""
+    from xtransformer.ranker.kernels import select_topk  # numba loads with the first scoring only
+
+    if k < 1:
+        raise RankerError(f"ranker: keep must be >= 1, got {k!r}")
+    n = min(len(doc) * label.shape[1], k * len(doc))  # at most k a document, and no more than the cells
+    out_doc, out_label, out_score = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.float32)
+    kept = select_topk(doc.astype(np.int64, copy=False), score.astype(np.float32, copy=False),
+                       label.astype(np.int64, copy=False), k, out_doc, out_label, out_score)
+    return Candidates(out_doc[:kept], out_label[:kept], out_score[:kept], n_docs)
 
 
 def save_level(level: LinearLevel, folder: Path) -> None:
