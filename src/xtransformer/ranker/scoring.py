@@ -16,6 +16,7 @@ from xtransformer.topk import Candidates, run_starts
 
 DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see PairScorer.pair_scores) ...
 DENSE_MIN_FILL = 0.05  # ... if at least this share of it is nonzero: sparser, the compiled loop wins
+DENSE_MIN_DOCS = 8  # ... and used for at least this many documents: below, scipy's call overhead loses
 SCORE_CHUNK_COST = 4_000_000  # document nonzeros per pair plus (pair, slot) cells per scoring chunk
 
 
@@ -58,7 +59,9 @@ class PairScorer:
         # dense F x L array: when the beams cover most of its clusters, one csr @ dense product
         # scores them fastest (C order: scipy's csr @ dense copies a Fortran-ordered operand on
         # every call). A sparse one is not: Reuters' flat level, 0.9% nonzero, answers a request
-        # in 0.13 ms with the compiled loop against 0.18 ms dense, at the same batch time.
+        # in 0.13 ms with the compiled loop against 0.18 ms dense, at the same batch time. Nor is a
+        # request of a few documents: Bibtex, one document, 121 us sparse against 170 us dense; the
+        # two meet at 4-16 documents.
         cells = self.F1 * W.shape[1]
         small, filled = cells * 4 <= DENSE_BYTES, W.nnz >= DENSE_MIN_FILL * cells
         self.W_dense = np.ascontiguousarray(W.toarray()) if small and filled else None
@@ -72,7 +75,8 @@ class PairScorer:
         from xtransformer.ranker.kernels import pair_scores  # numba loads with the first scoring only
 
         starts = run_starts(doc)
-        if self.W_dense is not None and 2 * len(doc) >= self.K * len(starts):  # beams hold most clusters
+        dense = self.W_dense is not None and len(starts) >= DENSE_MIN_DOCS
+        if dense and 2 * len(doc) >= self.K * len(starts):  # beams hold most clusters
             F = self.F1 - (1 if self.bias > 0 else 0)
             docs = doc[starts]
             every = len(docs) == X.shape[0] and docs[-1] == len(docs) - 1  # sorted unique: all rows in order
