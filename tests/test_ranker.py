@@ -142,7 +142,7 @@ def test_solver_matches_liblinear(loss, costs):
     Yd = np.where(Y.toarray() > 0, 1.0, -1.0).astype(np.float32)
     cost = np.where(Yd > 0, Cp, Cn).astype(np.float32)
     block = Block.from_scipy(Xb, np.array([X.shape[0]]), np.array([Xb.shape[1]]), Yd, cost)
-    W = solve_block(block, SolverParams(loss=loss, Cp=Cp, Cn=Cn, **TIGHT))
+    W = solve_block(block, SolverParams(loss=loss, Cp=Cp, Cn=Cn, **TIGHT)).dense(Xb.shape[1], 3)
     for j in range(3):
         np.testing.assert_allclose(W[:, j], sklearn_weights(X, Yd[:, j], loss, Cp, Cn), atol=2e-3)
 
@@ -172,7 +172,9 @@ def test_block_view_is_the_block_matrix(bias):
     view = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, bd.cost)
     own = Block.from_scipy(block.X, bd.row_len, bd.col_len, bd.Y, bd.cost)
     params = SolverParams(**TIGHT)
-    np.testing.assert_allclose(solve_block(view, params), solve_block(own, params), atol=1e-5)  # sums in another order
+    shape = (len(bd.col_feature), bd.Y.shape[1])
+    np.testing.assert_allclose(solve_block(view, params).dense(*shape), solve_block(own, params).dense(*shape),
+                               atol=1e-5)  # sums in another order
     assert (X != X0).nnz == 0
 
 
@@ -480,3 +482,31 @@ def test_best_labels_equal_a_full_sort(k):
     np.testing.assert_array_equal(got.score, np.asarray(want_score, np.float32))
     with pytest.raises(RankerError, match="keep must be >= 1"):
         best_labels(doc, score, label, 9, 0)
+
+
+@pytest.mark.parametrize("loss", ["squared_hinge", "logistic"])
+def test_solver_hands_back_the_kept_weights_only(loss):
+    """With a threshold, the solver returns exactly the weights of the full solution at or above
+    it, never a padding slot's, each slot's as one run with increasing columns."""
+    X, Y, C = random_problem(n=300, L=13, K=4, seed=5)  # clusters of unequal size: padded slots
+    groups = make_groups(C, tfn_mask(Y, C))
+    bd = build_block(X, Y, groups, np.arange(groups.n_groups), 1.0, 1.0, bias=1.0)
+    params = SolverParams(loss=loss, **TIGHT)
+
+    def solve(threshold):
+        block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, 1.0, bd.Y, bd.cost,
+                                materialise=loss != "squared_hinge")
+        return solve_block(block, params, threshold)
+
+    full = solve(0.0)
+    task = bd.col_task
+    assert np.all(bd.slot_label[task[full.col], full.slot] >= 0)  # no padding slot
+    assert len(full.col) == sum(bd.col_len[t] * (bd.slot_label[t] >= 0).sum() for t in range(len(bd.col_len)))
+    kept = solve(0.05)
+    dense = full.dense(len(bd.col_feature), bd.Y.shape[1])
+    slot, col = np.nonzero(np.abs(dense.T) >= 0.05)
+    assert sorted(zip(kept.slot, kept.col)) == sorted(zip(slot, col))
+    np.testing.assert_allclose(kept.val, dense[kept.col, kept.slot], atol=1e-6)
+    for t, j in {(task[c], s) for c, s in zip(kept.col, kept.slot)}:  # one run per (task, slot), increasing
+        at = np.flatnonzero((task[kept.col] == t) & (kept.slot == j))
+        assert np.all(np.diff(at) == 1) and np.all(np.diff(kept.col[at]) > 0)

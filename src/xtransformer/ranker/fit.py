@@ -116,13 +116,11 @@ class BlockTrainer:
                     self._collect(self.pending.pop(fut), fut)
 
     def _solve(self, bd: BlockData, block: Block, cols: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray, SolveStats]:
-        Wt = solve_block(block, self.params).T  # slot-major: each label's weights come out as one run
-        j, f = np.nonzero(np.abs(Wt) >= self.threshold)
-        labels = bd.slot_label[:, cols][bd.col_task[f], j]  # per kept weight only: no Fb x n label table
-        keep = labels >= 0  # padding slots (their weights stay 0, so only a zero threshold keeps them)
-        j, f, labels = j[keep], f[keep], labels[keep]
+        kept = solve_block(block, self.params, self.threshold)  # each label's weights: one run
+        labels = bd.slot_label[:, cols][bd.col_task[kept.col], kept.slot]  # per kept weight only: no Fb x n table
+        keep = labels >= 0  # padding slots (the solver leaves them out; kept here as a guard)
         # int32 (F and L < 2^31): the triplets of a level are held until its matrix is built
-        return bd.col_feature[f].astype(np.int32), labels.astype(np.int32), Wt[j, f], block.stats
+        return bd.col_feature[kept.col[keep]].astype(np.int32), labels[keep].astype(np.int32), kept.val[keep], block.stats
 
     def _collect(self, tag: int, fut) -> None:
         feats, labs, vals, stats = fut.result()

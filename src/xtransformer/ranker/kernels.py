@@ -75,7 +75,7 @@ def pair_scores(x_ptr, x_idx, x_val, doc, node, feat_ptr, rows, entries, bias_fe
 
 @njit(nogil=True, cache=True, fastmath=FAST)
 def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_feature, col_len, bias, Y, cost, eps,
-                          max_iter, seed, W, passes):  # pragma: no cover - compiled
+                          max_iter, seed, threshold, passes):  # pragma: no cover - compiled
     """LIBLINEAR's dual coordinate descent for the L2-regularised squared hinge (PECOS's solver).
 
     Task ``t`` trains on rows ``rows[sum(row_len[:t]) ..]`` of the source matrix (``indptr``,
@@ -94,7 +94,9 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
     solving one problem at a time on EURLEX57K. Each slot keeps its own shrinking and stopping;
     a row leaves the pass order once every running slot has shrunk it. The shuffle is an xorshift stream seeded by
     (``seed``, task): the result does not depend on threads.
-    Writes ``W[col, j]``; ``passes[t, j]`` counts the passes made.
+    Returns the weights with ``|w| >= threshold`` of the non-padding slots as triplets ``(col, slot,
+    value)``, task by task, slot by slot, columns increasing: a block's dense ``Fb x n`` weights
+    (50 MiB a chunk on a 64k-label level) are never held. ``passes[t, j]`` counts the passes made.
     """
     n_tasks, S = len(row_len), Y.shape[1]
     max_rows = 0
@@ -116,6 +118,11 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
     pg_max_old = np.zeros(S, np.float64)
     pg_max_new = np.zeros(S, np.float64)
     pg_min_new = np.zeros(S, np.float64)
+    cap = 1024
+    kept_col = np.empty(cap, np.int64)
+    kept_slot = np.empty(cap, np.int64)
+    kept_val = np.empty(cap, np.float32)
+    n_kept = 0
     r0, c0 = 0, 0
     for t in range(n_tasks):
         nr, nc = row_len[t], col_len[t]
@@ -220,11 +227,30 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
         for j in range(S):
             if not done[j] and cost[r0, j] > 0:
                 passes[t, j] = it
-        for c in range(nc):
-            for j in range(S):
-                W[c0 + c, j] = w[c, j]
+        for j in range(S):
+            if cost[r0, j] <= 0:  # padding slot
+                continue
+            if n_kept + nc > cap:  # grow the triplet buffers (doubling)
+                cap = max(2 * cap, n_kept + nc)
+                kept_col = _grown(kept_col, n_kept, cap)
+                kept_slot = _grown(kept_slot, n_kept, cap)
+                kept_val = _grown(kept_val, n_kept, cap)
+            for c in range(nc):
+                if abs(w[c, j]) >= threshold:
+                    kept_col[n_kept] = c0 + c
+                    kept_slot[n_kept] = j
+                    kept_val[n_kept] = w[c, j]
+                    n_kept += 1
         r0 += nr
         c0 += nc
+    return kept_col[:n_kept].copy(), kept_slot[:n_kept].copy(), kept_val[:n_kept].copy()
+
+
+@njit(nogil=True, cache=True)
+def _grown(a, n, cap):  # pragma: no cover - compiled
+    out = np.empty(cap, a.dtype)
+    out[:n] = a[:n]
+    return out
 
 
 @njit(nogil=True, cache=True)

@@ -254,35 +254,62 @@ def _loss_state(block: Block, Z: np.ndarray, loss: str) -> _LossState:
 
 
 # ---------------------------------------------------------------------------------------------- solvers
-def solve_block(block: Block, params: SolverParams) -> np.ndarray:
-    """Solve every problem of ``block``; return the weights ``Fb x n`` (float32).
+@dataclass
+class SolvedWeights:
+    """The kept weights of a block: ``val[i]`` at block column ``col[i]`` of label slot ``slot[i]``.
+    Each slot's weights come as one run with increasing columns."""
+
+    col: np.ndarray  # int64
+    slot: np.ndarray  # int64
+    val: np.ndarray  # float32
+
+    def dense(self, n_cols: int, n_slots: int) -> np.ndarray:
+        """``n_cols x n_slots`` (zeros where nothing was kept)."""
+        W = np.zeros((n_cols, n_slots), np.float32)
+        W[self.col, self.slot] = self.val
+        return W
+
+
+def solve_block(block: Block, params: SolverParams, threshold: float = 0.0) -> SolvedWeights:
+    """Solve every problem of ``block``; return its weights with ``|w| >= threshold`` (padding
+    slots left out).
 
     Squared hinge: PECOS's / LIBLINEAR's dual coordinate descent (``kernels.dual_cd_squared_hinge``;
-    ``eps`` bounds the projected-gradient spread, ``max_iter`` the passes). Logistic: the batched
-    primal Newton-CG below (``eps`` relative gradient norm, ``max_iter`` Newton iterations).
+    ``eps`` bounds the projected-gradient spread, ``max_iter`` the passes), which hands back only
+    the kept weights. Logistic: the batched primal Newton-CG below (``eps`` relative gradient
+    norm, ``max_iter`` Newton iterations), on dense ``Fb x n`` weights.
     """
     if params.loss == "squared_hinge":
-        return _solve_dual_cd(block, params)
+        return _solve_dual_cd(block, params, threshold)
     if params.loss == "logistic":
-        return _solve_newton(block, params)
+        Wt = _solve_newton(block, params).T  # slot-major: each slot's weights come out as one run
+        slot, col = np.nonzero(np.abs(Wt) >= threshold)
+        real = _is_problem(block)[np.repeat(np.arange(block.n_tasks), block.col_len)[col], slot]
+        return SolvedWeights(col[real], slot[real], Wt[slot[real], col[real]])
     raise RankerError(f"solver: loss must be 'squared_hinge' or 'logistic', got {params.loss!r}")
 
 
-def _solve_dual_cd(block: Block, params: SolverParams) -> np.ndarray:
+def _solve_dual_cd(block: Block, params: SolverParams, threshold: float) -> SolvedWeights:
     from xtransformer.ranker.kernels import dual_cd_squared_hinge
 
-    S, (R, n) = block.source, block.Y.shape
-    W = np.zeros((len(block.col_feature), n), dtype=np.float32)
+    S, n = block.source, block.Y.shape[1]
     passes = np.zeros((block.n_tasks, n), dtype=np.int64)
-    row_start = np.cumsum(block.row_len) - block.row_len
-    dual_cd_squared_hinge(S.indptr, S.indices, S.data, block.n_features, block.rows, block.row_len, block.col_feature,
-                          block.col_len, np.float32(block.bias), block.Y, block.cost, float(params.eps),
-                          int(params.max_iter), int(params.seed), W, passes)
-    is_problem = block.cost[row_start] > 0 if R else np.zeros((block.n_tasks, n), bool)
+    col, slot, val = dual_cd_squared_hinge(
+        S.indptr, S.indices, S.data, block.n_features, block.rows, block.row_len, block.col_feature, block.col_len,
+        np.float32(block.bias), block.Y, block.cost, float(params.eps), int(params.max_iter), int(params.seed),
+        float(threshold), passes)
+    is_problem = _is_problem(block)
     block.stats.problems += int(is_problem.sum())
     block.stats.converged += int((is_problem & (passes < params.max_iter)).sum())
     block.stats.cd_passes += int(passes.sum())
-    return W
+    return SolvedWeights(col, slot, val)
+
+
+def _is_problem(block: Block) -> np.ndarray:
+    """``T x n``: which (task, slot) pairs are problems (a padding slot costs 0 on every row)."""
+    if block.Y.shape[0] == 0:
+        return np.zeros((block.n_tasks, block.Y.shape[1]), bool)
+    return block.cost[np.cumsum(block.row_len) - block.row_len] > 0
 
 
 def _solve_newton(block: Block, params: SolverParams) -> np.ndarray:
