@@ -107,8 +107,7 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
     local = np.zeros(n_features + 1, np.int64)  # source feature -> column of the current task
     w = np.zeros((max_cols, S), np.float32)  # float32, as PECOS: half the cache footprint
     alpha = np.zeros((max_rows, S), np.float64)
-    diag = np.zeros((max_rows, S), np.float64)
-    qd = np.zeros((max_rows, S), np.float64)
+    sq_norm = np.zeros(max_rows, np.float64)  # ||x_i||^2; D_ii = 0.5 / C_i is taken from ``cost`` as needed
     shrunk = np.zeros((max_rows, S), np.bool_)
     index = np.zeros(max_rows, np.int64)
     g = np.zeros(S, np.float32)
@@ -139,12 +138,11 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
             xx = 0.0
             for e in range(tp[i], tp[i + 1]):
                 xx += tv[e] * tv[e]
+            sq_norm[i] = xx
             index[i] = i
             for j in range(S):
                 alpha[i, j] = 0.0
                 shrunk[i, j] = False
-                diag[i, j] = 0.5 / cost[r0 + i, j] if cost[r0 + i, j] > 0 else 0.0
-                qd[i, j] = xx + diag[i, j]
         state = np.uint64(seed * 1000003 + t * 7919 + 1) * np.uint64(0x9E3779B97F4A7C15) | np.uint64(1)
         active = nr
         it = 0
@@ -174,7 +172,8 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
                     if done[j] or shrunk[i, j]:
                         continue
                     y = Y[r0 + i, j]
-                    G = y * g[j] - 1.0 + alpha[i, j] * diag[i, j]
+                    diag = 0.5 / cost[r0 + i, j]  # a running slot's rows all have cost > 0
+                    G = y * g[j] - 1.0 + alpha[i, j] * diag
                     pg = 0.0
                     if alpha[i, j] == 0.0:
                         if G > pg_max_old[j]:
@@ -190,7 +189,7 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
                     pg_min_new[j] = min(pg_min_new[j], pg)
                     if abs(pg) > 1e-12:
                         old = alpha[i, j]
-                        alpha[i, j] = max(old - G / qd[i, j], 0.0)
+                        alpha[i, j] = max(old - G / (sq_norm[i] + diag), 0.0)
                         d[j] = (alpha[i, j] - old) * y
                         moved = True
                 if moved:
