@@ -18,6 +18,7 @@ from xtransformer.ranker.postprocess import PostProcessor
 from xtransformer.ranker.scoring import PairScorer, pair_chunks
 from xtransformer.topk import Candidates, concat, dedupe_max, topk
 from xtransformer.utils.io import load_csr, load_json, save_csr, save_json
+from xtransformer.utils.memory import release_free_memory
 
 
 @dataclass(eq=False)
@@ -115,4 +116,6 @@ def load_level(folder: Path) -> LinearLevel:
     level = LinearLevel(load_csr(folder / "W.npz").tocsc(), load_csr(folder / "C.npz"), float(meta["bias"]))
     if level.n_features != int(meta["n_features"]) or level.C.shape[0] != level.n_labels:
         raise RankerError(f"{folder}: W {level.W.shape} and C {level.C.shape} do not match level.json {meta}")
-    return level.prepare()  # a loaded level is there to predict
+    level.prepare()  # a loaded level is there to predict
+    release_free_memory()  # the layout's build scratch: a serving process keeps only the model
+    return level
