@@ -106,7 +106,7 @@ def test_block_rows_follow_the_mask():
     X = sp.random(6, 9, density=0.5, format="csr", dtype=np.float32, random_state=1)
     groups = make_groups(C, tfn_mask(Y, C))
     for k, expected in enumerate([[0, 1, 5], [0, 3], [2, 5], [3, 4]]):
-        bd = build_block(X, Y, groups, np.array([k]), 1.0, 1.0, bias=1.0)
+        bd = build_block(X, Y, groups, np.array([k]), bias=1.0)
         np.testing.assert_array_equal(bd.rows, expected)
         np.testing.assert_array_equal(bd.slot_label[0], np.arange(5 * k, 5 * k + 5))
         # targets: +1 exactly where the instance has the label
@@ -140,8 +140,7 @@ def test_solver_matches_liblinear(loss, costs):
     Cp, Cn = costs
     Xb = with_bias(X, 1.0)
     Yd = np.where(Y.toarray() > 0, 1.0, -1.0).astype(np.float32)
-    cost = np.where(Yd > 0, Cp, Cn).astype(np.float32)
-    block = Block.from_scipy(Xb, np.array([X.shape[0]]), np.array([Xb.shape[1]]), Yd, cost)
+    block = Block.from_scipy(Xb, np.array([X.shape[0]]), np.array([Xb.shape[1]]), Yd, Cp, Cn)
     W = solve_block(block, SolverParams(loss=loss, Cp=Cp, Cn=Cn, **TIGHT)).dense(Xb.shape[1], 3)
     for j in range(3):
         np.testing.assert_allclose(W[:, j], sklearn_weights(X, Yd[:, j], loss, Cp, Cn), atol=2e-3)
@@ -156,8 +155,8 @@ def test_block_view_is_the_block_matrix(bias):
     X0 = X.copy()
     groups = make_groups(C, tfn_mask(Y, C))
     batch = np.arange(groups.n_groups)
-    bd = build_block(X, Y, groups, batch, 1.0, 1.0, bias=bias)
-    block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, bd.cost, materialise=True)
+    bd = build_block(X, Y, groups, batch, bias=bias)
+    block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, 1.0, 1.0, materialise=True)
     Xf = with_bias(X, bias).toarray() if bias > 0 else X.toarray()
     r0 = c0 = 0
     for t in range(len(batch)):
@@ -169,8 +168,8 @@ def test_block_view_is_the_block_matrix(bias):
         np.testing.assert_array_equal(cols, np.flatnonzero(Xf[rows].any(0)))  # exactly the features present
         r0, c0 = r0 + len(rows), c0 + len(cols)
     assert block.X.has_sorted_indices and np.all(np.diff(block.X.indices[block.X.indptr[0]:block.X.indptr[1]]) > 0)
-    view = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, bd.cost)
-    own = Block.from_scipy(block.X, bd.row_len, bd.col_len, bd.Y, bd.cost)
+    view = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, 1.0, 1.0)
+    own = Block.from_scipy(block.X, bd.row_len, bd.col_len, bd.Y)
     params = SolverParams(**TIGHT)
     shape = (len(bd.col_feature), bd.Y.shape[1])
     np.testing.assert_allclose(solve_block(view, params).dense(*shape), solve_block(own, params).dense(*shape),
@@ -490,11 +489,11 @@ def test_solver_hands_back_the_kept_weights_only(loss):
     it, never a padding slot's, each slot's as one run with increasing columns."""
     X, Y, C = random_problem(n=300, L=13, K=4, seed=5)  # clusters of unequal size: padded slots
     groups = make_groups(C, tfn_mask(Y, C))
-    bd = build_block(X, Y, groups, np.arange(groups.n_groups), 1.0, 1.0, bias=1.0)
+    bd = build_block(X, Y, groups, np.arange(groups.n_groups), bias=1.0)
     params = SolverParams(loss=loss, **TIGHT)
 
     def solve(threshold):
-        block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, 1.0, bd.Y, bd.cost,
+        block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, 1.0, bd.Y, 1.0, 1.0,
                                 materialise=loss != "squared_hinge")
         return solve_block(block, params, threshold)
 
@@ -510,3 +509,25 @@ def test_solver_hands_back_the_kept_weights_only(loss):
     for t, j in {(task[c], s) for c, s in zip(kept.col, kept.slot)}:  # one run per (task, slot), increasing
         at = np.flatnonzero((task[kept.col] == t) & (kept.slot == j))
         assert np.all(np.diff(at) == 1) and np.all(np.diff(kept.col[at]) > 0)
+
+
+@pytest.mark.parametrize("bias", [1.0, 0.0])
+def test_task_read_in_place_equals_the_task_copied(bias):
+    """A task on at least half of all features is read in place (global feature ids, no copy of
+    its rows); the same rows with many unused features appended are copied to their own columns.
+    Both give the same weights, bias included."""
+    X, Y, C = random_problem(n=200, f=40, L=8, K=1, seed=7)
+    groups = make_groups(C, tfn_mask(Y, C))
+    wide = sp.hstack([X, sp.csr_matrix((X.shape[0], 3 * X.shape[1]), dtype=np.float32)], format="csr")
+    out = []
+    for source in (X, wide):
+        bd = build_block(source, Y, groups, np.arange(groups.n_groups), bias=bias)
+        block = Block.from_rows(source, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, 1.0, 1.0)
+        kept = solve_block(block, SolverParams(**TIGHT))
+        W = np.zeros((source.shape[1] + 1, bd.Y.shape[1]), np.float32)
+        W[bd.col_feature[kept.col], kept.slot] = kept.val
+        out.append((W[np.r_[np.arange(X.shape[1]), source.shape[1]]], 2 * len(bd.col_feature) >= source.shape[1] + 1))
+    (W_in_place, in_place), (W_copied, copied_in_place) = out
+    assert in_place and not copied_in_place  # the two paths of the kernel
+    np.testing.assert_allclose(W_in_place, W_copied, atol=1e-6)
+    assert np.abs(W_in_place[-1]).max() > 0 if bias > 0 else np.all(W_in_place[-1] == 0)

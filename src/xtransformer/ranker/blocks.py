@@ -111,17 +111,14 @@ class BlockData:
     col_len: np.ndarray  # T
     col_feature: np.ndarray  # Fb, global feature id (the bias column is id F)
     slot_label: np.ndarray  # T x n, global label id or -1 for padding
-    Y: np.ndarray  # R x n, +1 / -1
-    cost: np.ndarray  # R x n
+    Y: np.ndarray  # R x n int8: +1 / -1, 0 in a padding slot (one byte a cell: costs come from Cp / Cn)
 
     @property
     def col_task(self) -> np.ndarray:
         return np.repeat(np.arange(len(self.col_len)), self.col_len)
 
 
-def build_block(
-    X: sp.csr_matrix, Y: sp.csr_matrix, groups: TaskGroups, batch: np.ndarray, Cp: float, Cn: float, bias: float
-) -> BlockData:
+def build_block(X: sp.csr_matrix, Y: sp.csr_matrix, groups: TaskGroups, batch: np.ndarray, bias: float) -> BlockData:
     """The block of groups ``batch`` from features ``X`` (plus the bias column) and targets ``Y``."""
     from xtransformer.ranker.kernels import block_columns
 
@@ -134,14 +131,11 @@ def build_block(
     n = int(n_lab.max())
     slot_label = np.full((T, n), -1, dtype=np.int64)
     slot_label[np.repeat(np.arange(T), n_lab), ranges(np.zeros(T), n_lab)] = groups.labels[ranges(groups.label_ptr[batch], n_lab)]
-    Yd, cost = _targets(Y[rows], row_task, slot_label, Cp, Cn)
-    return BlockData(rows, row_len, col_len, col_feature, slot_label, Yd, cost)
+    return BlockData(rows, row_len, col_len, col_feature, slot_label, _targets(Y[rows], row_task, slot_label))
 
 
-def _targets(
-    Yr: sp.csr_matrix, row_task: np.ndarray, slot_label: np.ndarray, Cp: float, Cn: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Dense +1/-1 targets and costs (``R x n``) of a block; padding slots cost 0."""
+def _targets(Yr: sp.csr_matrix, row_task: np.ndarray, slot_label: np.ndarray) -> np.ndarray:
+    """Dense targets (``R x n`` int8) of a block: +1 / -1, 0 in padding slots."""
     T, n = slot_label.shape
     R = Yr.shape[0]
     valid = slot_label >= 0
@@ -153,8 +147,7 @@ def _targets(
     r = np.repeat(np.arange(R), np.diff(Yr.indptr))
     lab = Yr.indices
     hit = label_task[lab] == row_task[r]
-    Yd = np.full((R, n), -1.0, dtype=np.float32)
-    Yd[r[hit], label_slot[lab[hit]]] = 1.0
-    cost = np.where(Yd > 0, np.float32(Cp), np.float32(Cn)).astype(np.float32)
-    cost *= valid[row_task]
-    return Yd, cost
+    Yd = np.full((R, n), -1, dtype=np.int8)
+    Yd[r[hit], label_slot[lab[hit]]] = 1
+    Yd *= valid[row_task]
+    return Yd

@@ -15,6 +15,7 @@ from xtransformer.ranker.config import RankerConfig
 from xtransformer.ranker.level import LinearLevel
 from xtransformer.ranker.negatives import binarize
 from xtransformer.ranker.solver import Block, SolverParams, SolveStats, solve_block
+from xtransformer.topk import run_starts
 from xtransformer.utils.memory import release_free_memory
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def train_levels(
     try:
         for d, (spec, g, bs) in enumerate(zip(specs, groups, batches)):
             for batch in bs:
-                trainer.submit(X, build_block(X, spec.Y, g, batch, params.Cp, params.Cn, bias), bias, tag=d)
+                trainer.submit(X, build_block(X, spec.Y, g, batch, bias), bias, tag=d)
     finally:
         parts = trainer.finish()
         release_free_memory()  # the workers' scratch, before the levels' matrices are built
@@ -100,11 +101,11 @@ class BlockTrainer:
         self.pool = ThreadPoolExecutor(self.threads)
         self.pending: dict[Future, int] = {}  # chunk -> tag
         self.stats = [SolveStats() for _ in range(n_tags)]
-        self.parts: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in range(n_tags)]
+        self.parts: list[list[Kept]] = [[] for _ in range(n_tags)]
 
     def submit(self, X: sp.csr_matrix, bd: BlockData, bias: float, tag: int = 0) -> None:
-        block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, bd.cost,
-                                materialise=self.params.loss != "squared_hinge")
+        block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, self.params.Cp,
+                                self.params.Cn, materialise=self.params.loss != "squared_hinge")
         n = bd.Y.shape[1]
         bounds = np.linspace(0, n, -(-n // self.slots) + 1).round().astype(int)  # even chunks
         for j0, j1 in zip(bounds[:-1], bounds[1:]):  # loop over label chunks of one block (a few per cluster)
@@ -115,20 +116,23 @@ class BlockTrainer:
                 for fut in done:
                     self._collect(self.pending.pop(fut), fut)
 
-    def _solve(self, bd: BlockData, block: Block, cols: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray, SolveStats]:
+    def _solve(self, bd: BlockData, block: Block, cols: slice) -> tuple["Kept", SolveStats]:
         kept = solve_block(block, self.params, self.threshold)  # each label's weights: one run
         labels = bd.slot_label[:, cols][bd.col_task[kept.col], kept.slot]  # per kept weight only: no Fb x n table
         keep = labels >= 0  # padding slots (the solver leaves them out; kept here as a guard)
-        # int32 (F and L < 2^31): the triplets of a level are held until its matrix is built
-        return bd.col_feature[kept.col[keep]].astype(np.int32), labels[keep].astype(np.int32), kept.val[keep], block.stats
+        labels = labels[keep]
+        starts = run_starts(labels)
+        # held until the level's matrix is built: features int32 (F < 2^31), labels as runs
+        return Kept(bd.col_feature[kept.col[keep]].astype(np.int32), labels[starts].astype(np.int32),
+                    np.diff(starts, append=len(labels)), kept.val[keep]), block.stats
 
     def _collect(self, tag: int, fut) -> None:
-        feats, labs, vals, stats = fut.result()
-        self.parts[tag].append((feats, labs, vals))
+        kept, stats = fut.result()
+        self.parts[tag].append(kept)
         self.stats[tag].add(stats)
 
-    def finish(self) -> list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-        """Wait for every chunk; the (feature, label, weight) triplets of each chunk, by tag."""
+    def finish(self) -> list[list["Kept"]]:
+        """Wait for every chunk; the kept weights of each chunk, by tag."""
         try:
             for fut in list(self.pending):
                 self._collect(self.pending.pop(fut), fut)
@@ -137,29 +141,39 @@ class BlockTrainer:
         return self.parts
 
 
-def _weights_csc(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n_rows: int, n_labels: int) -> sp.csc_matrix:
-    """A level's ``W`` (csc, ``n_rows x n_labels``) from its chunks' triplets, written in place.
+@dataclass
+class Kept:
+    """A chunk's kept weights: label ``label[r]`` owns the next ``run[r]`` (feature, value) pairs,
+    features increasing (8 bytes a weight: a level's weights are all held until its matrix is built)."""
 
-    A label is solved in exactly one chunk, whose triplets list it as one run in increasing
-    feature id; so each run is copied to its column's slot, with no COO intermediate and no
-    sort (the memory peak of a level is its triplets plus the matrix).
+    feature: np.ndarray  # int32
+    label: np.ndarray  # int32, one per run
+    run: np.ndarray  # int64, weights per run
+    value: np.ndarray  # float32
+
+
+def _weights_csc(parts: list[Kept], n_rows: int, n_labels: int) -> sp.csc_matrix:
+    """A level's ``W`` (csc, ``n_rows x n_labels``) from its chunks' kept weights, written in place.
+
+    A label is solved in exactly one chunk, which lists it as one run in increasing feature id;
+    so each run is copied to its column's slot, with no COO intermediate and no sort (the memory
+    peak of a level is its kept weights plus the matrix).
     """
     counts = np.zeros(n_labels, np.int64)
-    for _, labs, _ in parts:
-        counts += np.bincount(labs, minlength=n_labels)
+    for part in parts:
+        np.add.at(counts, part.label, part.run)
     indptr = np.zeros(n_labels + 1, np.int64)
     np.cumsum(counts, out=indptr[1:])
     idx = np.int32 if indptr[-1] < 2**31 else np.int64
     indices = np.empty(int(indptr[-1]), idx)
     data = np.empty(int(indptr[-1]), np.float32)
-    for feats, labs, vals in parts:
-        if len(labs) == 0:
+    for part in parts:
+        if len(part.label) == 0:
             continue
-        starts = np.flatnonzero(np.r_[True, labs[1:] != labs[:-1]])
-        offset = np.arange(len(labs)) - np.repeat(starts, np.diff(np.r_[starts, len(labs)]))
-        dest = indptr[labs] + offset
-        indices[dest] = feats
-        data[dest] = vals
+        first = np.cumsum(part.run) - part.run  # each run's first position in the part
+        dest = np.repeat(indptr[part.label] - first, part.run) + np.arange(len(part.feature))
+        indices[dest] = part.feature
+        data[dest] = part.value
     W = sp.csc_matrix((data, indices, indptr), shape=(n_rows, n_labels))
     W.has_sorted_indices = True
     return W

@@ -74,8 +74,8 @@ def pair_scores(x_ptr, x_idx, x_val, doc, node, feat_ptr, rows, entries, bias_fe
 
 
 @njit(nogil=True, cache=True, fastmath=FAST)
-def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_feature, col_len, bias, Y, cost, eps,
-                          max_iter, seed, threshold, passes):  # pragma: no cover - compiled
+def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_feature, col_len, bias, Y, Cp, Cn,
+                          eps, max_iter, seed, threshold, passes):  # pragma: no cover - compiled
     """LIBLINEAR's dual coordinate descent for the L2-regularised squared hinge (PECOS's solver).
 
     Task ``t`` trains on rows ``rows[sum(row_len[:t]) ..]`` of the source matrix (``indptr``,
@@ -83,8 +83,10 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
     ``n_features`` in ``col_feature`` when ``bias > 0``), on its columns
     ``col_feature[sum(col_len[:t]) ..]``. While a task runs, its rows are copied into a compact
     csr on its own columns (``gather_task``): one task's rows per thread, never a whole level's.
-    Each of the ``n`` label slots is one problem (``Y`` +1/-1 and ``cost`` C per block row; a slot
-    of zero cost is padding). Dual variables ``alpha_i >= 0``, ``D_ii = 1 / (2 C_i)``; a pass
+    A task on at least half of all features (the root, the top levels) reads its rows in place
+    instead, on global feature ids: no copy of (most of) the training matrix per worker.
+    Each of the ``n`` label slots is one problem (``Y`` +1/-1 per block row, int8, costing ``Cp`` /
+    ``Cn``; a slot of zeros is padding). Dual variables ``alpha_i >= 0``, ``D_ii = 1 / (2 C_i)``; a pass
     visits the active rows in a random order and takes the exact coordinate step; rows stuck at
     ``alpha = 0`` with a gradient above the last pass's largest are shrunk away. A problem stops
     when ``max PG - min PG <= eps`` over a full pass, or after ``max_iter`` passes.
@@ -104,10 +106,16 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
     for t in range(n_tasks):
         max_rows = max(max_rows, row_len[t])
         max_cols = max(max_cols, col_len[t])
+    has_bias = bias > 0
+    for t in range(n_tasks):
+        if 2 * col_len[t] >= n_features + 1:  # read in place: columns are global feature ids
+            max_cols = max(max_cols, n_features + 1)
     local = np.zeros(n_features + 1, np.int64)  # source feature -> column of the current task
     w = np.zeros((max_cols, S), np.float32)  # float32, as PECOS: half the cache footprint
     alpha = np.zeros((max_rows, S), np.float64)
-    sq_norm = np.zeros(max_rows, np.float64)  # ||x_i||^2; D_ii = 0.5 / C_i is taken from ``cost`` as needed
+    row_start = np.zeros(max_rows, np.int64)  # the current task's rows in (ti, tv)
+    row_end = np.zeros(max_rows, np.int64)
+    sq_norm = np.zeros(max_rows, np.float64)  # ||x_i||^2; D_ii = 0.5 / C_i is taken from Cp / Cn as needed
     shrunk = np.zeros((max_rows, S), np.bool_)
     index = np.zeros(max_rows, np.int64)
     g = np.zeros(S, np.float32)
@@ -125,18 +133,30 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
     r0, c0 = 0, 0
     for t in range(n_tasks):
         nr, nc = row_len[t], col_len[t]
-        tp, ti, tv = gather_task(indptr, indices, data, n_features, rows[r0:r0 + nr], col_feature[c0:c0 + nc],
-                                 local, bias)
-        w[:nc, :] = 0.0
+        in_place = 2 * nc >= n_features + 1
+        if in_place:
+            ti, tv = indices, data
+            for i in range(nr):
+                row_start[i] = indptr[rows[r0 + i]]
+                row_end[i] = indptr[rows[r0 + i] + 1]
+            n_w, bias_col = n_features + 1, n_features
+        else:  # the bias is not stored: it is added below, as for a row read in place
+            tp, ti, tv = gather_task(indptr, indices, data, n_features, rows[r0:r0 + nr], col_feature[c0:c0 + nc],
+                                     local, 0.0)
+            for i in range(nr):
+                row_start[i] = tp[i]
+                row_end[i] = tp[i + 1]
+            n_w, bias_col = nc, nc - 1
+        w[:n_w, :] = 0.0
         n_done = 0
         for j in range(S):
-            done[j] = cost[r0, j] <= 0  # padding slot (a task's slots share their validity)
+            done[j] = Y[r0, j] == 0  # padding slot (a task's slots share their validity)
             n_done += done[j]
             n_shrunk[j] = 0
             pg_max_old[j] = np.inf  # the squared hinge's dual has no upper bound: only alpha = 0 shrinks
         for i in range(nr):
-            xx = 0.0
-            for e in range(tp[i], tp[i + 1]):
+            xx = bias * bias if has_bias else 0.0
+            for e in range(row_start[i], row_end[i]):
                 xx += tv[e] * tv[e]
             sq_norm[i] = xx
             index[i] = i
@@ -160,19 +180,22 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
             while s < active:
                 i = index[s]
                 g[:] = 0.0
-                for e in range(tp[i], tp[i + 1]):
+                for e in range(row_start[i], row_end[i]):
                     x = tv[e]
                     f = ti[e]
                     for j in range(S):
                         g[j] += w[f, j] * x
+                if has_bias:
+                    for j in range(S):
+                        g[j] += w[bias_col, j] * bias
                 moved = False
                 live = False
                 for j in range(S):
                     d[j] = 0.0
                     if done[j] or shrunk[i, j]:
                         continue
-                    y = Y[r0 + i, j]
-                    diag = 0.5 / cost[r0 + i, j]  # a running slot's rows all have cost > 0
+                    y = np.float32(Y[r0 + i, j])
+                    diag = 0.5 / (Cp if y > 0 else Cn)
                     G = y * g[j] - 1.0 + alpha[i, j] * diag
                     pg = 0.0
                     if alpha[i, j] == 0.0:
@@ -193,11 +216,14 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
                         d[j] = (alpha[i, j] - old) * y
                         moved = True
                 if moved:
-                    for e in range(tp[i], tp[i + 1]):
+                    for e in range(row_start[i], row_end[i]):
                         x = tv[e]
                         f = ti[e]
                         for j in range(S):
                             w[f, j] += d[j] * x
+                    if has_bias:
+                        for j in range(S):
+                            w[bias_col, j] += d[j] * bias
                 if not live:  # shrunk for every running slot: out of this pass order
                     active -= 1
                     index[s], index[active] = index[active], index[s]
@@ -224,10 +250,10 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
             if restore:
                 active = nr
         for j in range(S):
-            if not done[j] and cost[r0, j] > 0:
+            if not done[j] and Y[r0, j] != 0:
                 passes[t, j] = it
         for j in range(S):
-            if cost[r0, j] <= 0:  # padding slot
+            if Y[r0, j] == 0:  # padding slot
                 continue
             if n_kept + nc > cap:  # grow the triplet buffers (doubling)
                 cap = max(2 * cap, n_kept + nc)
@@ -235,10 +261,11 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
                 kept_slot = _grown(kept_slot, n_kept, cap)
                 kept_val = _grown(kept_val, n_kept, cap)
             for c in range(nc):
-                if abs(w[c, j]) >= threshold:
+                v = w[col_feature[c0 + c] if in_place else c, j]
+                if abs(v) >= threshold:
                     kept_col[n_kept] = c0 + c
                     kept_slot[n_kept] = j
-                    kept_val[n_kept] = w[c, j]
+                    kept_val[n_kept] = v
                     n_kept += 1
         r0 += nr
         c0 += nc
@@ -302,7 +329,7 @@ def gather_task(indptr, indices, data, n_features, rows, cols, local, bias):  # 
     out_ptr[0] = 0
     for i in range(R):
         out_ptr[i + 1] = out_ptr[i] + indptr[rows[i] + 1] - indptr[rows[i]] + (1 if has_bias else 0)
-    out_idx = np.empty(out_ptr[R], np.int32)
+    out_idx = np.empty(out_ptr[R], indices.dtype)  # as the source: the solver reads either in one loop
     out_val = np.empty(out_ptr[R], np.float32)
     for i in range(R):
         r = rows[i]

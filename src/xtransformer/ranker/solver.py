@@ -4,7 +4,7 @@ A *block* stacks ``T`` tasks (clusters) block-diagonally: task ``t`` owns a set 
 training instances) and a set of columns (the features that occur in those rows, plus the bias
 column), and ``n`` label slots. A block is a view of the training matrix (its rows and
 columns); only the Newton solver materialises the block matrix. Problem ``(t, j)`` is the binary
-classifier of the ``j``-th label of task ``t``; a slot with zero cost everywhere is padding (its
+classifier of the ``j``-th label of task ``t``; a slot whose targets are 0 is padding (its
 solution stays 0). For the Newton solver every problem of the block shares one sparse matrix,
 and every step is one sparse-times-dense product (``X @ V`` or ``X^T @ U`` with ``V`` of shape
 ``F_block x n``) plus elementwise work, whatever the number of tasks: no Python loop over labels
@@ -87,28 +87,30 @@ class Block:
     rows: np.ndarray  # R, rows of source
     col_feature: np.ndarray  # Fb, columns of source (n_features = the bias)
     bias: float
-    Y: np.ndarray  # R x n, +1 / -1
-    cost: np.ndarray  # R x n, c_i per problem; 0 = padding
+    Y: np.ndarray  # R x n int8: +1 / -1, 0 in a padding slot
+    Cp: float  # cost of a positive row
+    Cn: float  # cost of a negative row
     row_len: np.ndarray  # T, rows per task
     col_len: np.ndarray  # T, columns per task
     stats: SolveStats = field(default_factory=SolveStats)
     X: sp.csr_matrix | None = field(default=None, repr=False)  # the block matrix, R x Fb
     _X_sq: sp.csr_matrix | None = field(default=None, repr=False)
+    _cost: np.ndarray | None = field(default=None, repr=False)
 
     @classmethod
     def from_rows(
         cls, source: sp.csr_matrix, rows: np.ndarray, row_len: np.ndarray, col_len: np.ndarray,
-        col_feature: np.ndarray, bias: float, Y: np.ndarray, cost: np.ndarray, materialise: bool = False,
+        col_feature: np.ndarray, bias: float, Y: np.ndarray, Cp: float, Cn: float, materialise: bool = False,
     ) -> "Block":
-        if len(rows) != int(row_len.sum()) or len(col_feature) != int(col_len.sum()) or Y.shape != cost.shape or Y.shape[0] != len(rows):
+        if len(rows) != int(row_len.sum()) or len(col_feature) != int(col_len.sum()) or Y.shape[0] != len(rows):
             raise RankerError(
                 f"solver block: inconsistent shapes rows {len(rows)} / {int(row_len.sum())}, "
-                f"cols {len(col_feature)} / {int(col_len.sum())}, Y {Y.shape}, cost {cost.shape}"
+                f"cols {len(col_feature)} / {int(col_len.sum())}, Y {Y.shape}"
             )
         block = cls(
             source=source, n_features=source.shape[1], rows=np.asarray(rows, np.int64),
             col_feature=np.asarray(col_feature, np.int64), bias=float(bias),
-            Y=np.ascontiguousarray(Y, dtype=np.float32), cost=np.ascontiguousarray(cost, dtype=np.float32),
+            Y=np.ascontiguousarray(np.sign(Y), dtype=np.int8), Cp=float(Cp), Cn=float(Cn),
             row_len=np.asarray(row_len, dtype=np.int64), col_len=np.asarray(col_len, dtype=np.int64),
         )
         if materialise:
@@ -123,22 +125,30 @@ class Block:
 
     @classmethod
     def from_scipy(
-        cls, Xb: sp.csr_matrix, row_len: np.ndarray, col_len: np.ndarray, Y: np.ndarray, cost: np.ndarray
+        cls, Xb: sp.csr_matrix, row_len: np.ndarray, col_len: np.ndarray, Y: np.ndarray, Cp: float = 1.0, Cn: float = 1.0
     ) -> "Block":
         """A block from its matrix (``R x Fb``, bias column included): its own source."""
         if Xb.shape != (int(row_len.sum()), int(col_len.sum())):
             raise RankerError(f"solver block: X {Xb.shape} does not match rows {int(row_len.sum())}, cols {int(col_len.sum())}")
         Xb = _f32_csr(Xb)
-        block = cls.from_rows(Xb, np.arange(Xb.shape[0]), row_len, col_len, np.arange(Xb.shape[1]), 0.0, Y, cost)
+        block = cls.from_rows(Xb, np.arange(Xb.shape[0]), row_len, col_len, np.arange(Xb.shape[1]), 0.0, Y, Cp, Cn)
         block.X = Xb
         return block
 
     def columns(self, cols: slice | np.ndarray, share_stats: bool = False) -> "Block":
         """The same tasks and matrices restricted to label slots ``cols``."""
         return replace(
-            self, Y=np.ascontiguousarray(self.Y[:, cols]), cost=np.ascontiguousarray(self.cost[:, cols]),
-            stats=self.stats if share_stats else SolveStats(),
+            self, Y=np.ascontiguousarray(self.Y[:, cols]), _cost=None, stats=self.stats if share_stats else SolveStats(),
         )
+
+    @property
+    def cost(self) -> np.ndarray:
+        """``R x n`` float32 cost of each row in each problem (0 in padding slots), built on first
+        use: only the Newton solver needs it as an array."""
+        if self._cost is None:
+            self._cost = np.where(self.Y > 0, np.float32(self.Cp), np.float32(self.Cn)).astype(np.float32)
+            self._cost *= self.Y != 0
+        return self._cost
 
     @property
     def n_tasks(self) -> int:
@@ -296,7 +306,8 @@ def _solve_dual_cd(block: Block, params: SolverParams, threshold: float) -> Solv
     passes = np.zeros((block.n_tasks, n), dtype=np.int64)
     col, slot, val = dual_cd_squared_hinge(
         S.indptr, S.indices, S.data, block.n_features, block.rows, block.row_len, block.col_feature, block.col_len,
-        np.float32(block.bias), block.Y, block.cost, float(params.eps), int(params.max_iter), int(params.seed),
+        np.float32(block.bias), block.Y, float(block.Cp), float(block.Cn), float(params.eps), int(params.max_iter),
+        int(params.seed),
         float(threshold), passes)
     is_problem = _is_problem(block)
     block.stats.problems += int(is_problem.sum())
@@ -306,10 +317,10 @@ def _solve_dual_cd(block: Block, params: SolverParams, threshold: float) -> Solv
 
 
 def _is_problem(block: Block) -> np.ndarray:
-    """``T x n``: which (task, slot) pairs are problems (a padding slot costs 0 on every row)."""
+    """``T x n``: which (task, slot) pairs are problems (a padding slot's targets are 0)."""
     if block.Y.shape[0] == 0:
         return np.zeros((block.n_tasks, block.Y.shape[1]), bool)
-    return block.cost[np.cumsum(block.row_len) - block.row_len] > 0
+    return block.Y[np.cumsum(block.row_len) - block.row_len] != 0
 
 
 def _solve_newton(block: Block, params: SolverParams) -> np.ndarray:
