@@ -531,3 +531,23 @@ def test_task_read_in_place_equals_the_task_copied(bias):
     assert in_place and not copied_in_place  # the two paths of the kernel
     np.testing.assert_allclose(W_in_place, W_copied, atol=1e-6)
     assert np.abs(W_in_place[-1]).max() > 0 if bias > 0 else np.all(W_in_place[-1] == 0)
+
+
+def test_scoring_layout_from_rows_or_columns_scores_every_pair_exactly():
+    """The feature-major layout (built from W's rows, whether W comes as csc after training or as
+    csr from a model folder) scores each (document, cluster) pair as the dense product does,
+    labels in two clusters included."""
+    W = sp.random(31, 10, density=0.4, format="csc", dtype=np.float32, random_state=4)  # 30 features + bias
+    C = sp.csr_matrix(np.array([[1, 0, 0], [1, 0, 1], [0, 1, 0], [0, 1, 0], [0, 0, 1],
+                                [1, 0, 0], [0, 1, 1], [0, 0, 1], [1, 0, 0], [0, 1, 0]], np.float32))
+    X = sp.random(6, 30, density=0.3, format="csr", dtype=np.float32, random_state=5)
+    doc = np.repeat(np.arange(6), 3)
+    node = np.tile(np.arange(3), 6)
+    dense = with_bias(X, 1.0).toarray() @ W.toarray()
+    for Wf in (W, W.tocsr()):
+        scorer = scoring.PairScorer(Wf, C, 1.0)
+        scorer.W_dense = None  # the compiled loop, not the dense shortcut
+        got = scorer.pair_scores(X, doc, node)
+        labels = scorer.slot_label[node]
+        want = np.where(labels >= 0, dense[doc[:, None], np.maximum(labels, 0)], 0.0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

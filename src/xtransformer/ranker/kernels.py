@@ -369,6 +369,70 @@ def gather_block(indptr, indices, data, n_features, rows, row_len, col_feature, 
 
 
 @njit(nogil=True, cache=True)
+def layout_counts(indptr, indices, lab_ptr, lab_k, n_clusters):  # pragma: no cover - compiled
+    """Per feature (row of ``W``, csr), its number of distinct clusters (rows of the scoring layout),
+    and the number of (weight, slot) entries in all. Label ``l`` sits in clusters
+    ``lab_k[lab_ptr[l]:lab_ptr[l + 1]]``."""
+    F = len(indptr) - 1
+    last = np.full(n_clusters, -1, np.int64)
+    count = np.zeros(F, np.int64)
+    n_entries = 0
+    for f in range(F):
+        for e in range(indptr[f], indptr[f + 1]):
+            l = indices[e]
+            for p in range(lab_ptr[l], lab_ptr[l + 1]):
+                k = lab_k[p]
+                n_entries += 1
+                if last[k] != f:
+                    last[k] = f
+                    count[f] += 1
+    return count, n_entries
+
+
+@njit(nogil=True, cache=True)
+def layout_fill(indptr, indices, data, lab_ptr, lab_k, lab_j, n_clusters, feat_ptr, rows, entries):  # pragma: no cover
+    """Write the scoring layout of ``PairScorer`` straight from ``W`` (csr): feature ``f``'s rows
+    ``feat_ptr[f] ..`` are its clusters in increasing id, ``rows[r] = (cluster, first entry)``, and
+    a row's ``(weight, slot)`` entries end where the next row's begin (``rows[-1]`` is the end).
+    One pass per feature with cluster-sized scratch: no copy of ``W`` in another order."""
+    F = len(indptr) - 1
+    last = np.full(n_clusters, -1, np.int64)
+    cursor = np.zeros(n_clusters, np.int64)
+    ks = np.empty(n_clusters, np.int64)
+    e_out = 0
+    for f in range(F):
+        m = 0
+        for e in range(indptr[f], indptr[f + 1]):  # the feature's clusters and their entry counts
+            l = indices[e]
+            for p in range(lab_ptr[l], lab_ptr[l + 1]):
+                k = lab_k[p]
+                if last[k] != f:
+                    last[k] = f
+                    cursor[k] = 0
+                    ks[m] = k
+                    m += 1
+                cursor[k] += 1
+        order = np.sort(ks[:m])
+        r = feat_ptr[f]
+        for q in range(m):  # rows in increasing cluster id; each row's entries start after the last's
+            k = order[q]
+            n_k = cursor[k]
+            rows[r + q, 0] = k
+            rows[r + q, 1] = e_out
+            cursor[k] = e_out
+            e_out += n_k
+        for e in range(indptr[f], indptr[f + 1]):
+            l = indices[e]
+            for p in range(lab_ptr[l], lab_ptr[l + 1]):
+                k = lab_k[p]
+                entries[cursor[k], 0] = data[e]
+                entries[cursor[k], 1] = lab_j[p]
+                cursor[k] += 1
+    rows[len(rows) - 1, 0] = -1
+    rows[len(rows) - 1, 1] = e_out
+
+
+@njit(nogil=True, cache=True)
 def _keep_best(s, item, m, k, best_s, best_i):  # pragma: no cover - compiled
     """Offer ``(s, item)`` to the best-first lists ``best_s`` / ``best_i`` holding ``m`` of at most
     ``k`` entries (higher score first; ties: smaller item first). Returns the new ``m``."""

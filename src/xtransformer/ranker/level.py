@@ -23,9 +23,10 @@ from xtransformer.utils.memory import release_free_memory
 
 @dataclass(eq=False)
 class LinearLevel:
-    """OVA weights of one level: ``W`` (``(F + has_bias) x L``) and clusters ``C`` (``L x K``)."""
+    """OVA weights of one level: ``W`` (``(F + has_bias) x L``; csc as trained, csr as loaded) and
+    clusters ``C`` (``L x K``)."""
 
-    W: sp.csc_matrix
+    W: sp.csc_matrix | sp.csr_matrix
     C: sp.csr_matrix
     bias: float
     _scorer: "PairScorer | None" = field(default=None, repr=False)
@@ -113,7 +114,8 @@ def load_level(folder: Path) -> LinearLevel:
         if not (folder / name).is_file():
             raise RankerError(f"{folder}: missing {name}; not a saved ranker level")
     meta = load_json(folder / "level.json")
-    level = LinearLevel(load_csr(folder / "W.npz").tocsc(), load_csr(folder / "C.npz"), float(meta["bias"]))
+    # W stays csr, as stored: the scoring layout is built from its rows (no csc copy to predict)
+    level = LinearLevel(load_csr(folder / "W.npz"), load_csr(folder / "C.npz"), float(meta["bias"]))
     if level.n_features != int(meta["n_features"]) or level.C.shape[0] != level.n_labels:
         raise RankerError(f"{folder}: W {level.W.shape} and C {level.C.shape} do not match level.json {meta}")
     level.prepare()  # a loaded level is there to predict

@@ -26,11 +26,13 @@ class PairScorer:
     The level's weights in the feature-major layout of :func:`kernels.pair_scores`: one row per
     (feature, cluster) that holds a weight, listing the (weight, slot) entries of the cluster's
     labels (slot ``j`` of cluster ``k`` is label ``slot_label[k, j]``). Row and entry fields are
-    interleaved so that one cache line serves both. Built in linear time by scipy (a column gather
-    and a csc -> csr conversion); about the size of ``W`` itself.
+    interleaved so that one cache line serves both. Built from ``W``'s rows in linear time
+    (``kernels.layout_fill``); about the size of ``W`` itself.
     """
 
-    def __init__(self, W: sp.csc_matrix, C: sp.csr_matrix, bias: float):
+    def __init__(self, W: sp.csr_matrix | sp.csc_matrix, C: sp.csr_matrix, bias: float):
+        from xtransformer.ranker.kernels import layout_counts, layout_fill
+
         Cc = C.tocsc()
         Cc.sort_indices()
         self.K, self.F1, self.bias = C.shape[1], W.shape[0], float(bias)
@@ -42,19 +44,20 @@ class PairScorer:
         l_of = Cc.indices.astype(np.int64)
         self.slot_label = np.full((self.K, self.n_max), -1, dtype=np.int64)
         self.slot_label[k_of, j_of] = l_of
-        # columns in (cluster, slot) order, then feature-major: each feature's entries come grouped by cluster
-        Wf = sp.csc_matrix(W)[:, l_of].tocsr()
-        Wf.sort_indices()
-        feat = np.repeat(np.arange(self.F1, dtype=np.int64), np.diff(Wf.indptr))
-        clus = k_of[Wf.indices]
-        starts = np.flatnonzero(np.r_[True, (feat[1:] != feat[:-1]) | (clus[1:] != clus[:-1])]) if Wf.nnz else np.zeros(0, np.int64)
-        idx = np.int32 if Wf.nnz < 2**31 - 1 else np.int64
-        self.rows = np.empty((len(starts) + 1, 2), dtype=idx)
-        self.rows[:-1, 0], self.rows[:-1, 1] = clus[starts], starts
-        self.rows[-1] = (-1, Wf.nnz)
-        self.feat_ptr = np.searchsorted(feat[starts], np.arange(self.F1 + 1)).astype(idx)
-        self.entries = np.empty((Wf.nnz, 2), dtype=np.float32)  # (weight, slot): slots < 2^24 are exact
-        self.entries[:, 0], self.entries[:, 1] = Wf.data, j_of[Wf.indices]
+        by_label = np.argsort(l_of, kind="stable")  # label -> its (cluster, slot) entries
+        lab_ptr = np.zeros(C.shape[0] + 1, np.int64)
+        np.cumsum(np.bincount(l_of, minlength=C.shape[0]), out=lab_ptr[1:])
+        # feature-major straight from W's rows (csr, as a model folder stores it): two compiled
+        # passes, no reordered copy of W (at 1M labels that copy and its index arrays were 4x W)
+        Wr = W if sp.isspmatrix_csr(W) else W.tocsr()
+        count, n_entries = layout_counts(Wr.indptr, Wr.indices, lab_ptr, k_of[by_label], self.K)
+        idx = np.int32 if max(n_entries, int(count.sum())) < 2**31 - 1 else np.int64
+        self.feat_ptr = np.zeros(self.F1 + 1, idx)
+        np.cumsum(count, out=self.feat_ptr[1:])
+        self.rows = np.empty((int(self.feat_ptr[-1]) + 1, 2), dtype=idx)
+        self.entries = np.empty((n_entries, 2), dtype=np.float32)  # (weight, slot): slots < 2^24 are exact
+        layout_fill(Wr.indptr, Wr.indices, Wr.data, lab_ptr, k_of[by_label], j_of[by_label], self.K, self.feat_ptr,
+                    self.rows, self.entries)
         # a small, not too sparse level (few labels, e.g. the top of the tree) is also kept as a
         # dense F x L array: when the beams cover most of its clusters, one csr @ dense product
         # scores them fastest (C order: scipy's csr @ dense copies a Fortran-ordered operand on
