@@ -104,8 +104,15 @@ def test_save_load_round_trip(tmp_path):
     model.save(tmp_path / "m")
     loaded = HierarchicalLinear.load(tmp_path / "m")
     assert loaded.config == model.config
-    assert [lv.W.shape for lv in loaded.levels] == [lv.W.shape for lv in model.levels]
     assert (loaded.predict(X) != model.predict(X)).nnz == 0
+    # a loaded level keeps its weights in the scoring layout only; W is rebuilt from it, exactly
+    assert all(lv._W is None for lv in loaded.levels) and loaded.n_weights == model.n_weights
+    assert [lv.n_features for lv in loaded.levels] == [lv.n_features for lv in model.levels]
+    for a, b in zip(loaded.levels, model.levels):
+        assert a.W.shape == b.W.shape and (a.W != b.W).nnz == 0 and a.W.has_sorted_indices
+    loaded.save(tmp_path / "again")  # a loaded model saves the same model
+    again = HierarchicalLinear.load(tmp_path / "again")
+    assert (again.predict(X) != model.predict(X)).nnz == 0
     with pytest.raises(RankerError, match="not a complete"):
         HierarchicalLinear.load(tmp_path / "nothing")
 

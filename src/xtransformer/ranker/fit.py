@@ -69,8 +69,7 @@ def train_levels(
         release_free_memory()  # the workers' scratch, before the levels' matrices are built
     out = []
     for d, spec in enumerate(specs):
-        W = _weights_csc(parts[d], F1, spec.C.shape[0])
-        parts[d] = []
+        W = _weights_csc(parts[d], F1, spec.C.shape[0])  # empties parts[d]
         info = vars(trainer.stats[d]) | {
             "blocks": len(batches[d]),
             "tasks": int(sum(len(b) for b in batches[d])),
@@ -153,7 +152,8 @@ class Kept:
 
 
 def _weights_csc(parts: list[Kept], n_rows: int, n_labels: int) -> sp.csc_matrix:
-    """A level's ``W`` (csc, ``n_rows x n_labels``) from its chunks' kept weights, written in place.
+    """A level's ``W`` (csc, ``n_rows x n_labels``) from its chunks' kept weights (``parts``, emptied),
+    written in place.
 
     A label is solved in exactly one chunk, which lists it as one run in increasing feature id;
     so each run is copied to its column's slot, with no COO intermediate and no sort (the memory
@@ -167,7 +167,8 @@ def _weights_csc(parts: list[Kept], n_rows: int, n_labels: int) -> sp.csc_matrix
     idx = np.int32 if indptr[-1] < 2**31 else np.int64
     indices = np.empty(int(indptr[-1]), idx)
     data = np.empty(int(indptr[-1]), np.float32)
-    for part in parts:
+    while parts:  # each part is let go once copied: the level's weights are not held twice
+        part = parts.pop()
         if len(part.label) == 0:
             continue
         first = np.cumsum(part.run) - part.run  # each run's first position in the part

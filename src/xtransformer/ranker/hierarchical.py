@@ -58,7 +58,7 @@ class HierarchicalLinear:
 
     @property
     def n_weights(self) -> int:
-        return int(sum(lv.W.nnz for lv in self.levels))
+        return int(sum(lv.n_weights for lv in self.levels))
 
     @property
     def chain(self) -> list[sp.csr_matrix]:

@@ -24,20 +24,45 @@ from xtransformer.utils.memory import release_free_memory
 @dataclass(eq=False)
 class LinearLevel:
     """OVA weights of one level: ``W`` (``(F + has_bias) x L``; csc as trained, csr as loaded) and
-    clusters ``C`` (``L x K``)."""
+    clusters ``C`` (``L x K``).
 
-    W: sp.csc_matrix | sp.csr_matrix
+    A level loaded to predict keeps its weights only in the scoring layout (``PairScorer``), which
+    holds each of them once: ``W`` is rebuilt from it if asked for (saving, inspecting).
+    """
+
+    _W: sp.csc_matrix | sp.csr_matrix | None
     C: sp.csr_matrix
     bias: float
     _scorer: "PairScorer | None" = field(default=None, repr=False)
 
     @property
+    def W(self) -> sp.csc_matrix | sp.csr_matrix:
+        if self._W is None:
+            self._W = self._scorer.weights()
+        return self._W
+
+    @property
     def n_features(self) -> int:
-        return self.W.shape[0] - (1 if self.bias > 0 else 0)
+        return self._shape[0] - (1 if self.bias > 0 else 0)
 
     @property
     def n_labels(self) -> int:
-        return self.W.shape[1]
+        return self._shape[1]
+
+    @property
+    def n_weights(self) -> int:
+        return int(self._W.nnz) if self._W is not None else self._scorer.n_weights
+
+    @property
+    def _shape(self) -> tuple[int, int]:
+        return self._W.shape if self._W is not None else (self._scorer.F1, self._scorer.n_labels)
+
+    def keep_layout_only(self) -> "LinearLevel":
+        """Drop ``W`` once the scoring layout holds it (a level where each label sits in one
+        cluster: the layout then holds every weight once)."""
+        if self._get_scorer().hard:
+            self._W = None
+        return self
 
     @property
     def n_clusters(self) -> int:
@@ -118,6 +143,6 @@ def load_level(folder: Path) -> LinearLevel:
     level = LinearLevel(load_csr(folder / "W.npz"), load_csr(folder / "C.npz"), float(meta["bias"]))
     if level.n_features != int(meta["n_features"]) or level.C.shape[0] != level.n_labels:
         raise RankerError(f"{folder}: W {level.W.shape} and C {level.C.shape} do not match level.json {meta}")
-    level.prepare()  # a loaded level is there to predict
-    release_free_memory()  # the layout's build scratch: a serving process keeps only the model
+    level.prepare().keep_layout_only()  # a loaded level is there to predict
+    release_free_memory()  # W and the layout's build scratch: a serving process keeps only the layout
     return level

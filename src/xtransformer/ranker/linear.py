@@ -63,7 +63,7 @@ class LinearRanker:
 
     @property
     def n_weights(self) -> int:
-        return int(self.level.W.nnz)
+        return self.level.n_weights
 
     def predict(
         self,

@@ -35,7 +35,7 @@ class PairScorer:
 
         Cc = C.tocsc()
         Cc.sort_indices()
-        self.K, self.F1, self.bias = C.shape[1], W.shape[0], float(bias)
+        self.K, self.F1, self.n_labels, self.bias = C.shape[1], W.shape[0], W.shape[1], float(bias)
         sizes = np.diff(Cc.indptr)
         self.n_max = max(int(sizes.max(initial=0)), 1)
         self.hard = bool(np.all(np.diff(C.indptr) == 1))  # every label in one cluster (no copies)
@@ -68,6 +68,24 @@ class PairScorer:
         cells = self.F1 * W.shape[1]
         small, filled = cells * 4 <= DENSE_BYTES, W.nnz >= DENSE_MIN_FILL * cells
         self.W_dense = np.ascontiguousarray(W.toarray()) if small and filled else None
+
+    @property
+    def n_weights(self) -> int:
+        return len(self.entries)
+
+    def weights(self) -> sp.csr_matrix:
+        """``W`` (csr, ``F1 x L``) rebuilt from the layout; for a level where each label sits in
+        one cluster (a label in several would be listed once per cluster)."""
+        if not self.hard:
+            raise ValueError("scoring layout: W cannot be rebuilt when labels sit in several clusters")
+        per_row = np.diff(self.rows[:, 1]).astype(np.int64)
+        cluster = np.repeat(self.rows[:-1, 0].astype(np.int64), per_row)
+        label = self.slot_label[cluster, self.entries[:, 1].astype(np.int64)]
+        indptr = self.rows[self.feat_ptr, 1].astype(np.int64)
+        W = sp.csr_matrix((self.entries[:, 0].copy(), label.astype(self.rows.dtype), indptr),
+                          shape=(self.F1, self.n_labels))
+        W.sort_indices()
+        return W
 
     def warm_up(self) -> None:
         empty = np.zeros(0, np.int64)
