@@ -76,6 +76,9 @@ class OursIndexing(_Ours):
         # plus numba kernels loaded from their on-disk cache at first call: run the phases once on
         # 64 documents of the same matrices (same dtypes), so the timed phases time the work, not
         # the loading. Its cost is the JSON's `prepare` seconds.
+        from xtransformer.indexing.kmeans import warm_up
+
+        warm_up(self.threads)  # 64 documents may hold too few labels to split any node
         Xs, Ys = X[:64], Y[:64]
         Ys = Ys[:, np.flatnonzero(Ys.getnnz(axis=0))]
         self.index(Xs, Ys)

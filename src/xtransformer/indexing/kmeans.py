@@ -127,6 +127,14 @@ def label_bound(leaf: np.ndarray, n_labels: int, n_clusters: int) -> np.ndarray:
     return np.asarray(leaf, dtype=np.int64) * n_labels // n_clusters
 
 
+def warm_up(threads: int = 2) -> None:
+    """Load the compiled k-means loops now (each is loaded from numba's on-disk cache at its first
+    call): a tiny tree that takes both paths, nodes split over threads and one node's rows split
+    over threads. A server or a benchmark calls this where a compiled library would be imported."""
+    rng = np.random.default_rng(0)
+    hierarchical_kmeans(sp.csr_matrix(rng.random((8, 4)).astype(np.float32)), max_leaf_size=2, threads=max(2, threads))
+
+
 def hierarchical_kmeans(
     features: sp.csr_matrix | np.ndarray,
     n_clusters: int | None = None,
