@@ -91,7 +91,7 @@ class LinearLevel:
         if len(parents.item) and (parents.item.max() >= self.n_clusters or parents.item.min() < 0):
             raise RankerError(f"ranker: shortlist cluster ids must lie in [0, {self.n_clusters})")
         scorer = self._get_scorer()
-        chunks = pair_chunks(parents, np.diff(X.indptr), scorer.n_max)
+        chunks = pair_chunks(parents, np.diff(X.indptr), scorer.n_max, threads)
         hard = scorer.hard
 
         def run(sel: slice) -> Candidates:

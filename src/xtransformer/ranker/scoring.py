@@ -18,6 +18,7 @@ DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see P
 DENSE_MIN_FILL = 0.05  # ... if at least this share of it is nonzero: sparser, the compiled loop wins
 DENSE_MIN_DOCS = 8  # ... and used for at least this many documents: below, scipy's call overhead loses
 SCORE_CHUNK_COST = 4_000_000  # document nonzeros per pair plus (pair, slot) cells per scoring chunk
+PARALLEL_MIN_COST = 200_000  # a batch with less work than this is scored in one chunk (a thread costs ~0.1 ms)
 
 
 class PairScorer:
@@ -115,16 +116,19 @@ class PairScorer:
         return out
 
 
-def pair_chunks(parents: Candidates, row_nnz: np.ndarray, n_max: int) -> list[slice]:
-    """Split the (doc-grouped) pairs into slices of about ``SCORE_CHUNK_COST`` work, cut between documents."""
+def pair_chunks(parents: Candidates, row_nnz: np.ndarray, n_max: int, threads: int = 1) -> list[slice]:
+    """Split the (doc-grouped) pairs into slices of at most ``SCORE_CHUNK_COST`` work, cut between
+    documents; a batch worth ``PARALLEL_MIN_COST`` or more is cut into at least ``threads`` slices."""
     P = len(parents.doc)
     if P == 0:
         return []
-    if P * (n_max + int(row_nnz.max(initial=0))) <= SCORE_CHUNK_COST:  # small batches: one chunk
+    bound = P * (n_max + int(row_nnz.max(initial=0)))  # cheap upper bound of the batch's work
+    if bound < PARALLEL_MIN_COST or (threads <= 1 and bound <= SCORE_CHUNK_COST):  # one chunk
         return [slice(0, P)]
     cum = np.cumsum(row_nnz[parents.doc].astype(np.int64) + n_max)
+    per_chunk = min(SCORE_CHUNK_COST, max(1, -(-int(cum[-1]) // max(1, threads))))
     starts = run_starts(parents.doc)
-    chunk_of_doc = (cum[starts] - cum[starts[0]]) // SCORE_CHUNK_COST
+    chunk_of_doc = (cum[starts] - cum[starts[0]]) // per_chunk
     cuts = starts[run_starts(chunk_of_doc)]
     bounds = np.append(cuts, P)
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
