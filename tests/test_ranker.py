@@ -551,3 +551,22 @@ def test_scoring_layout_from_rows_or_columns_scores_every_pair_exactly():
         labels = scorer.slot_label[node]
         want = np.where(labels >= 0, dense[doc[:, None], np.maximum(labels, 0)], 0.0)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_pair_chunks_cover_the_pairs_cut_between_documents():
+    """Scoring chunks tile the pairs in order, never split a document, and a batch big enough to
+    be worth threads gets at least one chunk per thread; a small one stays whole."""
+    from xtransformer.topk import Candidates
+
+    rng = np.random.default_rng(0)
+    doc = np.repeat(np.arange(3000), rng.integers(1, 4, size=3000))
+    parents = Candidates(doc, np.zeros(len(doc), np.int64), np.ones(len(doc), np.float32), 3000)
+    row_nnz = rng.integers(20, 120, size=3000)
+    for threads, n_max in ((1, 90), (2, 90), (3, 90), (2, 1)):
+        chunks = scoring.pair_chunks(parents, row_nnz, n_max, threads)
+        assert chunks[0].start == 0 and chunks[-1].stop == len(doc)
+        assert all(a.stop == b.start for a, b in zip(chunks[:-1], chunks[1:]))
+        assert all(doc[c.start - 1] != doc[c.start] for c in chunks[1:])  # cut between documents
+        big = len(doc) * (n_max + row_nnz.max()) >= scoring.PARALLEL_MIN_COST
+        assert len(chunks) >= (threads if big else 1)
+    assert len(scoring.pair_chunks(Candidates(doc[:3], doc[:3] * 0, np.ones(3, np.float32), 3), row_nnz, 90, 2)) == 1
