@@ -126,8 +126,8 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
     pg_max_new = np.zeros(S, np.float64)
     pg_min_new = np.zeros(S, np.float64)
     cap = 1024
-    kept_col = np.empty(cap, np.int64)
-    kept_slot = np.empty(cap, np.int64)
+    kept_col = np.empty(cap, np.int32)  # a block's columns and slots fit int32
+    kept_slot = np.empty(cap, np.int32)
     kept_val = np.empty(cap, np.float32)
     n_kept = 0
     r0, c0 = 0, 0
@@ -255,8 +255,8 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
         for j in range(S):
             if Y[r0, j] == 0:  # padding slot
                 continue
-            if n_kept + nc > cap:  # grow the triplet buffers (doubling)
-                cap = max(2 * cap, n_kept + nc)
+            if n_kept + nc > cap:  # grow the triplet buffers (by half)
+                cap = max(cap + cap // 2, n_kept + nc)
                 kept_col = _grown(kept_col, n_kept, cap)
                 kept_slot = _grown(kept_slot, n_kept, cap)
                 kept_val = _grown(kept_val, n_kept, cap)
@@ -269,7 +269,7 @@ def dual_cd_squared_hinge(indptr, indices, data, n_features, rows, row_len, col_
                     n_kept += 1
         r0 += nr
         c0 += nc
-    return kept_col[:n_kept].copy(), kept_slot[:n_kept].copy(), kept_val[:n_kept].copy()
+    return kept_col[:n_kept], kept_slot[:n_kept], kept_val[:n_kept]  # views: the caller converts them at once
 
 
 @njit(nogil=True, cache=True)

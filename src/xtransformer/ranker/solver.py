@@ -269,8 +269,8 @@ class SolvedWeights:
     """The kept weights of a block: ``val[i]`` at block column ``col[i]`` of label slot ``slot[i]``.
     Each slot's weights come as one run with increasing columns."""
 
-    col: np.ndarray  # int64
-    slot: np.ndarray  # int64
+    col: np.ndarray  # int32 or int64
+    slot: np.ndarray  # int32 or int64
     val: np.ndarray  # float32
 
     def dense(self, n_cols: int, n_slots: int) -> np.ndarray:
