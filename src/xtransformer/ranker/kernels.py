@@ -453,6 +453,17 @@ def _keep_best(s, item, m, k, best_s, best_i):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
+def _emit_best(d, m, best_s, best_i, out_doc, out_item, out_score, kept):  # pragma: no cover - compiled
+    """Append document ``d``'s ``m`` best entries to the ``out_*`` arrays at ``kept``; the new length."""
+    for q in range(m):
+        out_doc[kept] = d
+        out_item[kept] = best_i[q]
+        out_score[kept] = best_s[q]
+        kept += 1
+    return kept
+
+
+@njit(nogil=True, cache=True)
 def select_topk(doc, score, item, k, out_doc, out_item, out_score):  # pragma: no cover - compiled
     """The ``k`` best cells of each document's rows, best first (ties: smaller item first).
 
@@ -475,11 +486,7 @@ def select_topk(doc, score, item, k, out_doc, out_item, out_score):  # pragma: n
                 if item[p1, j] >= 0:
                     m = _keep_best(score[p1, j], item[p1, j], m, k, best_s, best_i)
             p1 += 1
-        for q in range(m):
-            out_doc[kept] = d
-            out_item[kept] = best_i[q]
-            out_score[kept] = best_s[q]
-            kept += 1
+        kept = _emit_best(d, m, best_s, best_i, out_doc, out_item, out_score, kept)
         p0 = p1
     return kept
 
@@ -526,10 +533,6 @@ def merge_copies(doc, item, score, label_of, n_labels, k, mean, out_doc, out_lab
             slot[lab[e]] = -1
             merged = np.float32(total[e] / count[e] if mean else total[e])  # the scale scores are reported in
             b = _keep_best(merged, lab[e], b, k, best_s, best_i)
-        for q in range(b):
-            out_doc[kept] = d
-            out_label[kept] = best_i[q]
-            out_score[kept] = best_s[q]
-            kept += 1
+        kept = _emit_best(d, b, best_s, best_i, out_doc, out_label, out_score, kept)
         p0 = p1
     return kept
