@@ -45,3 +45,10 @@ def save_toy_xrlinear(folder: Path) -> tuple[Path, dict]:
     model = HierarchicalLinear.train(X, Y["train"], toy_tree(C), HierarchicalLinearConfig(threads=1))
     write_xrlinear(folder, "xrlinear", vec, X.shape[1], model, {"dataset": "toy"}, labels_record(C.shape[0]))
     return folder, texts
+
+
+def dense_weights(kept, n_cols: int, n_slots: int) -> np.ndarray:
+    """A solver's kept weights (``solver.SolvedWeights``) as ``n_cols x n_slots`` (zeros elsewhere)."""
+    W = np.zeros((n_cols, n_slots), np.float32)
+    W[kept.col, kept.slot] = kept.val
+    return W

@@ -26,7 +26,7 @@ from xtransformer.ranker import (
     train_ranker,
 )
 from xtransformer.ranker import scoring
-from model_helpers import with_bias
+from model_helpers import dense_weights, with_bias
 from xtransformer.ranker.blocks import build_block, make_groups, plan_batches
 from xtransformer.ranker.solver import Block, SolverParams, solve_block
 
@@ -141,7 +141,7 @@ def test_solver_matches_liblinear(loss, costs):
     Xb = with_bias(X, 1.0)
     Yd = np.where(Y.toarray() > 0, 1.0, -1.0).astype(np.float32)
     block = Block.from_scipy(Xb, np.array([X.shape[0]]), np.array([Xb.shape[1]]), Yd, Cp, Cn)
-    W = solve_block(block, SolverParams(loss=loss, Cp=Cp, Cn=Cn, **TIGHT)).dense(Xb.shape[1], 3)
+    W = dense_weights(solve_block(block, SolverParams(loss=loss, Cp=Cp, Cn=Cn, **TIGHT)), Xb.shape[1], 3)
     for j in range(3):
         np.testing.assert_allclose(W[:, j], sklearn_weights(X, Yd[:, j], loss, Cp, Cn), atol=2e-3)
 
@@ -172,8 +172,8 @@ def test_block_view_is_the_block_matrix(bias):
     own = Block.from_scipy(block.X, bd.row_len, bd.col_len, bd.Y)
     params = SolverParams(**TIGHT)
     shape = (len(bd.col_feature), bd.Y.shape[1])
-    np.testing.assert_allclose(solve_block(view, params).dense(*shape), solve_block(own, params).dense(*shape),
-                               atol=1e-5)  # sums in another order
+    np.testing.assert_allclose(dense_weights(solve_block(view, params), *shape),
+                               dense_weights(solve_block(own, params), *shape), atol=1e-5)  # sums in another order
     assert (X != X0).nnz == 0
 
 
@@ -502,7 +502,7 @@ def test_solver_hands_back_the_kept_weights_only(loss):
     assert np.all(bd.slot_label[task[full.col], full.slot] >= 0)  # no padding slot
     assert len(full.col) == sum(bd.col_len[t] * (bd.slot_label[t] >= 0).sum() for t in range(len(bd.col_len)))
     kept = solve(0.05)
-    dense = full.dense(len(bd.col_feature), bd.Y.shape[1])
+    dense = dense_weights(full, len(bd.col_feature), bd.Y.shape[1])
     slot, col = np.nonzero(np.abs(dense.T) >= 0.05)
     assert sorted(zip(kept.slot, kept.col)) == sorted(zip(slot, col))
     np.testing.assert_allclose(kept.val, dense[kept.col, kept.slot], atol=1e-6)

@@ -1,6 +1,7 @@
-"""Scored (document, item) candidates and per-document top-k: the one top-k of the suite.
+"""Scored (document, item) candidates and per-document top-k.
 
-Beam search, ensembles, prediction and the metrics all select their best items here.
+Ensembles, prediction and the metrics select their best items here; the beam search of a ranker
+level keeps its own compiled top-k (``ranker.kernels.select_topk``, same order and ties).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.ranker.blocks import ranges
+from xtransformer.ranker.errors import RankerError
 from xtransformer.topk import Candidates, run_starts
 
 DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see PairScorer.pair_scores) ...
@@ -78,7 +79,7 @@ class PairScorer:
         """``W`` (csr, ``F1 x L``) rebuilt from the layout; for a level where each label sits in
         one cluster (a label in several would be listed once per cluster)."""
         if not self.hard:
-            raise ValueError("scoring layout: W cannot be rebuilt when labels sit in several clusters")
+            raise RankerError("scoring layout: W cannot be rebuilt when labels sit in several clusters")
         per_row = np.diff(self.rows[:, 1]).astype(np.int64)
         cluster = np.repeat(self.rows[:-1, 0].astype(np.int64), per_row)
         label = self.slot_label[cluster, self.entries[:, 1].astype(np.int64)]

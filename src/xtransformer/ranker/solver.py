@@ -273,12 +273,6 @@ class SolvedWeights:
     slot: np.ndarray  # int32 or int64
     val: np.ndarray  # float32
 
-    def dense(self, n_cols: int, n_slots: int) -> np.ndarray:
-        """``n_cols x n_slots`` (zeros where nothing was kept)."""
-        W = np.zeros((n_cols, n_slots), np.float32)
-        W[self.col, self.slot] = self.val
-        return W
-
 
 def solve_block(block: Block, params: SolverParams, threshold: float = 0.0) -> SolvedWeights:
     """Solve every problem of ``block``; return its weights with ``|w| >= threshold`` (padding
