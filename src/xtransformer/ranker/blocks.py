@@ -102,8 +102,8 @@ class BlockData:
     """A block as a view of ``X``: its rows, its columns per task, targets, and label ids.
 
     The block matrix (block-diagonal over tasks) is never built for the dual coordinate descent,
-    whose workers copy one task's rows at a time; ``solver.Block.from_rows`` builds it only for
-    the Newton solver.
+    whose workers read a big task's rows in place and copy a small one's while they solve it;
+    ``solver.Block.from_rows`` builds it only for the Newton solver.
     """
 
     rows: np.ndarray  # R, rows of X, task by task

@@ -116,14 +116,12 @@ class BlockTrainer:
                     self._collect(self.pending.pop(fut), fut)
 
     def _solve(self, bd: BlockData, block: Block, cols: slice) -> tuple["Kept", SolveStats]:
-        kept = solve_block(block, self.params, self.threshold)  # each label's weights: one run
+        kept = solve_block(block, self.params, self.threshold)  # each label's weights: one run, no padding slot
         labels = bd.slot_label[:, cols][bd.col_task[kept.col], kept.slot]  # per kept weight only: no Fb x n table
-        keep = labels >= 0  # padding slots (the solver leaves them out; kept here as a guard)
-        labels = labels[keep]
         starts = run_starts(labels)
         # held until the level's matrix is built: features int32 (F < 2^31), labels as runs
-        return Kept(bd.col_feature[kept.col[keep]].astype(np.int32), labels[starts].astype(np.int32),
-                    np.diff(starts, append=len(labels)), kept.val[keep]), block.stats
+        return Kept(bd.col_feature[kept.col].astype(np.int32), labels[starts].astype(np.int32),
+                    np.diff(starts, append=len(labels)), kept.val), block.stats
 
     def _collect(self, tag: int, fut) -> None:
         kept, stats = fut.result()

@@ -47,19 +47,20 @@ class PairScorer:
         self.slot_label = np.full((self.K, self.n_max), -1, dtype=np.int64)
         self.slot_label[k_of, j_of] = l_of
         by_label = np.argsort(l_of, kind="stable")  # label -> its (cluster, slot) entries
+        lab_k, lab_j = k_of[by_label], j_of[by_label]
         lab_ptr = np.zeros(C.shape[0] + 1, np.int64)
         np.cumsum(np.bincount(l_of, minlength=C.shape[0]), out=lab_ptr[1:])
         # feature-major straight from W's rows (csr, as a model folder stores it): two compiled
         # passes, no reordered copy of W (at 1M labels that copy and its index arrays were 4x W)
         Wr = W if sp.isspmatrix_csr(W) else W.tocsr()
-        count, n_entries = layout_counts(Wr.indptr, Wr.indices, lab_ptr, k_of[by_label], self.K)
+        count, n_entries = layout_counts(Wr.indptr, Wr.indices, lab_ptr, lab_k, self.K)
         idx = np.int32 if max(n_entries, int(count.sum())) < 2**31 - 1 else np.int64
         self.feat_ptr = np.zeros(self.F1 + 1, idx)
         np.cumsum(count, out=self.feat_ptr[1:])
         self.rows = np.empty((int(self.feat_ptr[-1]) + 1, 2), dtype=idx)
         self.entries = np.empty((n_entries, 2), dtype=np.float32)  # (weight, slot): slots < 2^24 are exact
-        layout_fill(Wr.indptr, Wr.indices, Wr.data, lab_ptr, k_of[by_label], j_of[by_label], self.K, self.feat_ptr,
-                    self.rows, self.entries)
+        layout_fill(Wr.indptr, Wr.indices, Wr.data, lab_ptr, lab_k, lab_j, self.K, self.feat_ptr, self.rows,
+                    self.entries)
         # a small, not too sparse level (few labels, e.g. the top of the tree) is also kept as a
         # dense F x L array: when the beams cover most of its clusters, one csr @ dense product
         # scores them fastest (C order: scipy's csr @ dense copies a Fortran-ordered operand on

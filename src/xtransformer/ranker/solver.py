@@ -75,8 +75,9 @@ class Block:
 
     The block is a view: task rows are ``rows`` of ``source`` (csr, ``n_features`` columns) plus a
     constant ``bias`` feature (column id ``n_features`` in ``col_feature``, when ``bias > 0``), and
-    task ``t``'s columns are its slice of ``col_feature``. The dual coordinate descent copies one
-    task's rows at a time (``kernels.gather_task``); the Newton solver needs the block matrix itself (``X``, csr float32, built once
+    task ``t``'s columns are its slice of ``col_feature``. The dual coordinate descent reads a big
+    task's rows in place and copies a small one's while it runs (``kernels.gather_task``); the
+    Newton solver needs the block matrix itself (``X``, csr float32, built once
     per block by :meth:`from_rows` with ``materialise``). Its sparse products release the GIL, so
     the worker threads of ``fit.BlockTrainer`` run them in parallel; ``X^T @ U`` goes through the
     transposed view (as fast here as a transposed copy, which would double the block's memory).
@@ -110,7 +111,7 @@ class Block:
         block = cls(
             source=source, n_features=source.shape[1], rows=np.asarray(rows, np.int64),
             col_feature=np.asarray(col_feature, np.int64), bias=float(bias),
-            Y=np.ascontiguousarray(np.sign(Y), dtype=np.int8), Cp=float(Cp), Cn=float(Cn),
+            Y=np.ascontiguousarray(Y if Y.dtype == np.int8 else np.sign(Y), dtype=np.int8), Cp=float(Cp), Cn=float(Cn),
             row_len=np.asarray(row_len, dtype=np.int64), col_len=np.asarray(col_len, dtype=np.int64),
         )
         if materialise:
