@@ -1,4 +1,8 @@
-"""Build hook: ship the Hydra configs inside the package.
+"""Build hooks: the compiled loops of the linear path, and the Hydra configs inside the package.
+
+The linear path's inner loops (the ranker's solver and scoring, the k-means levels) are Cython
+modules compiled here, at install: ``pip install .`` or ``-e .`` builds them (Cython comes from the
+build requirements), so no user runs a build step by hand. They need no numpy headers.
 
 The top-level ``configs/`` folder stays the source of truth (Hydra, the tests and other branches
 edit it there); building a wheel copies it to ``xtransformer/configs/`` so that a non-editable
@@ -8,7 +12,8 @@ install finds it through ``importlib.resources`` from any directory (see ``xtran
 import shutil
 from pathlib import Path
 
-from setuptools import setup
+from Cython.Build import cythonize
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
@@ -23,4 +28,10 @@ class BuildPyWithConfigs(build_py):
                             ignore=shutil.ignore_patterns("__pycache__"))
 
 
-setup(cmdclass={"build_py": BuildPyWithConfigs})
+# (module, source): one extension per compiled module, C++ for std::sort; -g stripped (10x smaller)
+KERNELS = [("xtransformer.ranker.kernels", "src/xtransformer/ranker/kernels.pyx"),
+           ("xtransformer.indexing.kmeans_level", "src/xtransformer/indexing/kmeans_level.pyx")]
+extensions = [Extension(name, [source], language="c++", extra_compile_args=["-O3", "-g0"], extra_link_args=["-s"])
+              for name, source in KERNELS]
+
+setup(cmdclass={"build_py": BuildPyWithConfigs}, ext_modules=cythonize(extensions, language_level=3, quiet=True))

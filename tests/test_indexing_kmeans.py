@@ -18,8 +18,7 @@ from xtransformer.indexing import (
     random_balanced_codes,
     resolve_n_clusters,
 )
-from xtransformer.indexing.kmeans import _children_order
-from xtransformer.indexing.kmeans_level import _rank, node_seeds, split_level
+from xtransformer.indexing.kmeans_level import _split_rows, children_order, node_seeds, split_level
 from xtransformer.indexing.synthetic import planted_label_features
 
 
@@ -146,10 +145,15 @@ def test_linear_time_orderings_equal_the_stable_sorts() -> None:
         sizes = rng.integers(b, 12, size=rng.integers(1, 8))
         node = np.repeat(np.arange(len(sizes)), sizes)
         assign = rng.integers(0, b, size=len(node))
-        np.testing.assert_array_equal(_children_order(node, assign, b), np.argsort(node * b + assign, kind="stable"))
-        key = rng.choice([-1.0, -0.5, 0.0, 0.0, 0.5, 1.0], size=len(node)) if t % 2 else rng.random(len(node)) - 0.5
-        np.testing.assert_array_equal(_rank(key), np.argsort(-key, kind="mergesort"))
         node_start = np.searchsorted(node, np.arange(len(sizes) + 1))
+        np.testing.assert_array_equal(children_order(node_start, assign, b), np.argsort(node * b + assign, kind="stable"))
+        key = rng.choice([-1.0, -0.5, 0.0, 0.0, 0.5, 1.0], size=len(node)) if t % 2 else rng.random(len(node)) - 0.5
+        order = np.argsort(-key, kind="mergesort")
+        n_pos, n_zero = int((key > 0).sum()), int((key == 0).sum())
+        for cap in {0, n_pos // 2, n_pos, n_pos + n_zero // 2, n_pos + n_zero, len(key) - 1, len(key)}:
+            expected_child = np.ones(len(key), np.int64)
+            expected_child[order[:cap]] = 0  # B = 2: child 0 takes the cap highest keys, ties by row
+            np.testing.assert_array_equal(_split_rows(key, cap), expected_child)
         order = np.argsort(node * 8.0 - key, kind="stable")  # each node's highest keys first, ties by position
         rank = np.arange(len(node)) - node_start[node]
         first = rank < b

@@ -38,6 +38,7 @@ import scipy.sparse as sp
 
 from xtransformer.indexing.chain import ClusterChain, codes_to_csr
 from xtransformer.indexing.errors import IndexingError
+from xtransformer.indexing.kmeans_level import children_order, node_seeds, split_level
 from xtransformer.utils.rows import row_sq_norms
 
 log = logging.getLogger(__name__)
@@ -127,14 +128,6 @@ def label_bound(leaf: np.ndarray, n_labels: int, n_clusters: int) -> np.ndarray:
     return np.asarray(leaf, dtype=np.int64) * n_labels // n_clusters
 
 
-def warm_up(threads: int = 2) -> None:
-    """Load the compiled k-means loops now (each is loaded from numba's on-disk cache at its first
-    call): a tiny tree that takes both paths, nodes split over threads and one node's rows split
-    over threads. A server or a benchmark calls this where a compiled library would be imported."""
-    rng = np.random.default_rng(0)
-    hierarchical_kmeans(sp.csr_matrix(rng.random((8, 4)).astype(np.float32)), max_leaf_size=2, threads=max(2, threads))
-
-
 def hierarchical_kmeans(
     features: sp.csr_matrix | np.ndarray,
     n_clusters: int | None = None,
@@ -214,7 +207,6 @@ def _split_level(
     caps = np.zeros((len(splitting), branching), dtype=np.int64)
     sel = child_node >= 0
     caps[child_node[sel], j[sel]] = child_size[sel]
-    from xtransformer.indexing.kmeans_level import node_seeds, split_level  # numba loads with the first clustering
 
     # Seeds: the rows of the n_children highest random keys within each node, one per child.
     node_start = np.searchsorted(node, np.arange(len(splitting) + 1))
@@ -225,27 +217,8 @@ def _split_level(
     log.debug("level with %d splitting nodes, %d labels: at most %d iterations, %.2fs",
               len(splitting), len(labels), int(n_iter.max()), time.perf_counter() - t0)
     new_perm = perm.copy()
-    new_perm[pos] = labels[_children_order(node, assign, branching)]
+    new_perm[pos] = labels[children_order(node_start, assign, branching)]
     return new_perm
-
-
-def _children_order(node: np.ndarray, assign: np.ndarray, branching: int) -> np.ndarray:
-    """``np.argsort(node * branching + assign, kind="stable")`` in linear time (``node`` is
-    sorted): a row goes to its key's first place plus the rows of the same key before it."""
-    key = node * branching + assign
-    if len(key) == 0:
-        return np.zeros(0, np.int64)
-    counts = np.bincount(key)
-    dest = (np.cumsum(counts) - counts)[key]
-    n_nodes = int(node[-1]) + 1
-    for b in range(branching):  # + rank among the rows of the same (node, child)
-        sel = assign == b
-        before = np.cumsum(sel) - sel  # rows of child b before this one, over all nodes
-        in_earlier_nodes = np.r_[0, np.cumsum(np.bincount(node[sel], minlength=n_nodes))[:-1]]
-        dest[sel] += (before - in_earlier_nodes[node])[sel]
-    order = np.empty(len(key), np.int64)
-    order[dest] = np.arange(len(key))
-    return order
 
 
 def _check_features(features: sp.spmatrix | np.ndarray) -> sp.csr_matrix | np.ndarray:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from xtransformer.ranker.kernels import block_columns
 from xtransformer.ranker.negatives import binarize
 
 
@@ -120,7 +121,6 @@ class BlockData:
 
 def build_block(X: sp.csr_matrix, Y: sp.csr_matrix, groups: TaskGroups, batch: np.ndarray, bias: float) -> BlockData:
     """The block of groups ``batch`` from features ``X`` (plus the bias column) and targets ``Y``."""
-    from xtransformer.ranker.kernels import block_columns
 
     T = len(batch)
     row_len = groups.n_rows[batch]

@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.ranker.errors import RankerError
+from xtransformer.ranker.kernels import merge_copies
 from xtransformer.ranker.negatives import binarize
 from xtransformer.topk import Candidates
 from xtransformer.utils.io import load_json, save_json
@@ -92,7 +93,6 @@ class LabelCopies:
         """Copies' scores -> one score per (document, label), merged by ``self.merge`` (``mean``: over
         the copies this document reached; PECOS: unreached copies are not zeros); the top ``k`` kept.
         ``c`` must be grouped by document (as every ``Candidates`` producer here leaves it)."""
-        from xtransformer.ranker.kernels import merge_copies  # numba loads with the first prediction
 
         if k < 1:
             raise RankerError(f"label copies: k must be >= 1, got {k!r}")

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.ranker.errors import RankerError
+from xtransformer.ranker.kernels import select_topk
 from xtransformer.ranker.postprocess import PostProcessor
 from xtransformer.ranker.scoring import PairScorer, pair_chunks
 from xtransformer.topk import Candidates, concat, dedupe_max, topk
@@ -74,9 +75,8 @@ class LinearLevel:
         return self._scorer
 
     def prepare(self) -> "LinearLevel":
-        """Build the scoring layout and load the compiled loop now (a loaded model's first
-        prediction is then as fast as the next)."""
-        self._get_scorer().warm_up()
+        """Build the scoring layout now (a loaded model's first prediction is then as fast as the next)."""
+        self._get_scorer()
         return self
 
     def score(
@@ -116,7 +116,6 @@ class LinearLevel:
 def best_labels(doc: np.ndarray, score: np.ndarray, label: np.ndarray, n_docs: int, k: int) -> Candidates:
     """The ``k`` best labels of each document from ``P x S`` score / label rows (row ``p`` is
     document ``doc[p]``'s, grouped; label -1 is padding), best first, ties to the smaller label."""
-    from xtransformer.ranker.kernels import select_topk  # numba loads with the first scoring only
 
     if k < 1:
         raise RankerError(f"ranker: keep must be >= 1, got {k!r}")

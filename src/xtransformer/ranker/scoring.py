@@ -13,6 +13,7 @@ import scipy.sparse as sp
 
 from xtransformer.ranker.blocks import ranges
 from xtransformer.ranker.errors import RankerError
+from xtransformer.ranker.kernels import layout_counts, layout_fill, pair_scores
 from xtransformer.topk import Candidates, run_starts
 
 DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see PairScorer.pair_scores) ...
@@ -33,8 +34,6 @@ class PairScorer:
     """
 
     def __init__(self, W: sp.csr_matrix | sp.csc_matrix, C: sp.csr_matrix, bias: float):
-        from xtransformer.ranker.kernels import layout_counts, layout_fill
-
         Cc = C.tocsc()
         Cc.sort_indices()
         self.K, self.F1, self.n_labels, self.bias = C.shape[1], W.shape[0], W.shape[1], float(bias)
@@ -90,14 +89,8 @@ class PairScorer:
         W.sort_indices()
         return W
 
-    def warm_up(self) -> None:
-        empty = np.zeros(0, np.int64)
-        self.pair_scores(sp.csr_matrix((1, self.F1 - (1 if self.bias > 0 else 0)), dtype=np.float32), empty, empty)
-
     def pair_scores(self, X: sp.csr_matrix, doc: np.ndarray, node: np.ndarray) -> np.ndarray:
         """Raw scores ``P x n_max`` of the label slots of clusters ``node`` for documents ``doc`` (grouped)."""
-        from xtransformer.ranker.kernels import pair_scores  # numba loads with the first scoring only
-
         starts = run_starts(doc)
         dense = self.W_dense is not None and len(starts) >= DENSE_MIN_DOCS
         if dense and 2 * len(doc) >= self.K * len(starts):  # beams hold most clusters

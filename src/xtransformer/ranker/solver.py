@@ -36,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.ranker.errors import RankerError
+from xtransformer.ranker.kernels import dual_cd_squared_hinge, gather_block
 
 PRECOND_MIX = 0.01  # LIBLINEAR's mixing weight of diag(H) in the preconditioner
 EPS_CG = 0.5  # LIBLINEAR's relative tolerance of the quadratic-model CG stopping rule
@@ -115,8 +116,6 @@ class Block:
             row_len=np.asarray(row_len, dtype=np.int64), col_len=np.asarray(col_len, dtype=np.int64),
         )
         if materialise:
-            from xtransformer.ranker.kernels import gather_block
-
             indptr, indices, data = gather_block(source.indptr, source.indices, source.data, block.n_features,
                                                  block.rows, block.row_len, block.col_feature, block.col_len,
                                                  np.float32(block.bias))
@@ -295,8 +294,6 @@ def solve_block(block: Block, params: SolverParams, threshold: float = 0.0) -> S
 
 
 def _solve_dual_cd(block: Block, params: SolverParams, threshold: float) -> SolvedWeights:
-    from xtransformer.ranker.kernels import dual_cd_squared_hinge
-
     S, n = block.source, block.Y.shape[1]
     passes = np.zeros((block.n_tasks, n), dtype=np.int64)
     col, slot, val = dual_cd_squared_hinge(
