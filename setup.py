@@ -30,7 +30,8 @@ class BuildPyWithConfigs(build_py):
 
 # (module, source): one extension per compiled module, C++ for std::sort; -g stripped (10x smaller)
 KERNELS = [("xtransformer.ranker.kernels", "src/xtransformer/ranker/kernels.pyx"),
-           ("xtransformer.indexing.kmeans_level", "src/xtransformer/indexing/kmeans_level.pyx")]
+           ("xtransformer.indexing.kmeans_level", "src/xtransformer/indexing/kmeans_level.pyx"),
+           ("xtransformer.indexing.sparse_sums", "src/xtransformer/indexing/sparse_sums.pyx")]
 extensions = [Extension(name, [source], language="c++", extra_compile_args=["-O3", "-g0"], extra_link_args=["-s"])
               for name, source in KERNELS]
 

@@ -46,6 +46,7 @@ def build_index(
         normalize_y_rows=cfg.normalize_y_rows,
         orphan_fallback=cfg.orphan_fallback,
         seed=cfg.seed,
+        threads=cfg.threads,
     )
     t1 = time.perf_counter()
     chain = hierarchical_kmeans(

@@ -160,7 +160,7 @@ def hierarchical_kmeans(
         raise IndexingError(f"`branching` must be an int >= 2, got {branching!r}")
     if not _is_int(max_iter) or max_iter < 1:
         raise IndexingError(f"`max_iter` must be an int >= 1, got {max_iter!r}")
-    n_threads = _resolve_threads(threads)
+    n_threads = resolve_threads(threads)
     k = resolve_n_clusters(n_labels, n_clusters, max_leaf_size)
     if k == 1:  # every label fits one leaf: the flat chain [L x 1] (PECOS's rule)
         return ClusterChain([sp.csr_matrix(np.ones((n_labels, 1), dtype=np.float32))])
@@ -254,7 +254,8 @@ def _check_features(features: sp.spmatrix | np.ndarray) -> sp.csr_matrix | np.nd
     return X
 
 
-def _resolve_threads(threads: int | None) -> int:
+def resolve_threads(threads: int | None) -> int:
+    """``threads`` as a count (``None``: the CPUs available to this process)."""
     if threads is None:
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if not _is_int(threads) or threads < 1:
