@@ -30,10 +30,6 @@ ctypedef fused lay_t:  # the scoring layout's offsets
     int32_t
     int64_t
 
-ctypedef fused out_t:  # a gathered matrix's indices
-    int32_t
-    int64_t
-
 
 def pair_scores(const int64_t[::1] x_ptr, const int32_t[::1] x_idx, const float[::1] x_val, const int64_t[::1] doc,
                 const int64_t[::1] node, const lay_t[::1] feat_ptr, const lay_t[:, ::1] rows,
@@ -133,7 +129,7 @@ cdef int _reserve(Kept *kept, int64_t need) noexcept nogil:
 
 cdef int64_t _gather_rows(const ptr_t[::1] indptr, const ind_t[::1] indices, const float[::1] data, int64_t n_features,
                           const int64_t[::1] rows, const int64_t[::1] cols, int64_t[::1] local, float bias,
-                          int64_t *out_ptr, out_t *out_idx, float *out_val) noexcept nogil:
+                          int64_t *out_ptr, ind_t *out_idx, float *out_val) noexcept nogil:
     """Rows ``rows`` of the source on columns ``cols`` (increasing ids, numbered 0..; the bias is
     column id ``n_features``, added with value ``bias`` when ``bias > 0``) into ``out_*`` (room for
     the rows' nonzeros, plus one a row with a bias): a compact csr, each row's column ids sorted as
@@ -146,11 +142,11 @@ cdef int64_t _gather_rows(const ptr_t[::1] indptr, const ind_t[::1] indices, con
     for i in range(R):
         r = rows[i]
         for e in range(indptr[r], indptr[r + 1]):
-            out_idx[o] = <out_t>local[indices[e]]
+            out_idx[o] = <ind_t>local[indices[e]]
             out_val[o] = data[e]
             o += 1
         if bias > 0:
-            out_idx[o] = <out_t>local[n_features]
+            out_idx[o] = <ind_t>local[n_features]
             out_val[o] = bias
             o += 1
         out_ptr[i + 1] = o
@@ -442,41 +438,20 @@ def block_columns(const ptr_t[::1] indptr, const ind_t[::1] indices, const int64
     return np.asarray(col_len), np.asarray(cols)[:c0].copy()
 
 
-def gather_task(const ptr_t[::1] indptr, const ind_t[::1] indices, const float[::1] data, int64_t n_features,
-                const int64_t[::1] rows, const int64_t[::1] cols, int64_t[::1] local, float bias):
-    """Rows ``rows`` of the source on columns ``cols`` (increasing ids, as ``block_columns``
-    gives them, numbered 0..; the bias is column id ``n_features``, added with value ``bias`` when
-    ``bias > 0``): a compact csr, its rows' column ids sorted as the source's are; its index dtype
-    is the source's. ``local`` is scratch of ``n_features + 1`` entries. Returns ``(indptr,
-    indices, data)``."""
-    cdef int64_t R = rows.shape[0], i, total = 0
-    for i in range(R):
-        total += indptr[rows[i] + 1] - indptr[rows[i]] + (1 if bias > 0 else 0)
-    out_ptr = np.empty(R + 1, np.int64)
-    out_idx = np.empty(total, np.asarray(indices).dtype)
-    out_val = np.empty(total, np.float32)
-    cdef int64_t[::1] p = out_ptr
-    cdef ind_t[::1] ix = out_idx
-    cdef float[::1] v = out_val
-    with nogil:
-        _gather_rows(indptr, indices, data, n_features, rows, cols, local, bias, &p[0],
-                     &ix[0] if total else NULL, &v[0] if total else NULL)
-    return out_ptr, out_idx, out_val
-
-
 def gather_block(const ptr_t[::1] indptr, const ind_t[::1] indices, const float[::1] data, int64_t n_features,
                  const int64_t[::1] rows, const int64_t[::1] row_len, const int64_t[::1] col_feature,
                  const int64_t[::1] col_len, float bias):
-    """The block matrix itself (csr, rows with sorted column ids), for solvers that need one:
-    task by task, the rows on the task's columns, shifted by the earlier tasks' columns."""
+    """The block matrix itself (csr, rows with sorted column ids, indices of the source's dtype),
+    for solvers that need one: task by task, the rows on the task's columns, shifted by the earlier
+    tasks' columns."""
     cdef int64_t R = rows.shape[0], T = row_len.shape[0], i, t, q, r0 = 0, c0 = 0, e0 = 0, m, total = 0
     for i in range(R):
         total += indptr[rows[i] + 1] - indptr[rows[i]] + (1 if bias > 0 else 0)
     out_ptr = np.zeros(R + 1, np.int64)
-    out_idx = np.empty(total, np.int32)
+    out_idx = np.empty(total, np.asarray(indices).dtype)
     out_val = np.empty(total, np.float32)
     cdef int64_t[::1] p = out_ptr
-    cdef int32_t[::1] ix = out_idx
+    cdef ind_t[::1] ix = out_idx
     cdef float[::1] v = out_val
     cdef int64_t[::1] local = np.zeros(n_features + 1, np.int64)
     with nogil:
@@ -485,7 +460,7 @@ def gather_block(const ptr_t[::1] indptr, const ind_t[::1] indices, const float[
                              col_feature[c0:c0 + col_len[t]], local, bias, &p[r0],
                              &ix[e0] if total else NULL, &v[e0] if total else NULL)
             for q in range(e0, e0 + m):
-                ix[q] += <int32_t>c0
+                ix[q] += <ind_t>c0
             for q in range(r0, r0 + row_len[t] + 1):  # _gather_rows numbered this task's entries from 0
                 p[q] += e0
             r0, c0, e0 = r0 + row_len[t], c0 + col_len[t], e0 + m

@@ -77,7 +77,7 @@ class Block:
     The block is a view: task rows are ``rows`` of ``source`` (csr, ``n_features`` columns) plus a
     constant ``bias`` feature (column id ``n_features`` in ``col_feature``, when ``bias > 0``), and
     task ``t``'s columns are its slice of ``col_feature``. The dual coordinate descent reads a big
-    task's rows in place and copies a small one's while it runs (``kernels.gather_task``); the
+    task's rows in place and copies a small one's while it runs (``kernels._gather_rows``); the
     Newton solver needs the block matrix itself (``X``, csr float32, built once
     per block by :meth:`from_rows` with ``materialise``). Its sparse products release the GIL, so
     the worker threads of ``fit.BlockTrainer`` run them in parallel; ``X^T @ U`` goes through the
