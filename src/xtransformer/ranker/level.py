@@ -116,7 +116,6 @@ class LinearLevel:
 def best_labels(doc: np.ndarray, score: np.ndarray, label: np.ndarray, n_docs: int, k: int) -> Candidates:
     """The ``k`` best labels of each document from ``P x S`` score / label rows (row ``p`` is
     document ``doc[p]``'s, grouped; label -1 is padding), best first, ties to the smaller label."""
-
     if k < 1:
         raise RankerError(f"ranker: keep must be >= 1, got {k!r}")
     n = min(len(doc) * label.shape[1], k * len(doc))  # at most k a document, and no more than the cells
