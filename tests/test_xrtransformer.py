@@ -187,7 +187,7 @@ class _Crash(RuntimeError):
 
 
 def _fine_tune(tmp_path: Path, cache_dir: Path, crash_at: tuple[int, int] | None = None, steps=(3, 4, 5),
-               **xr_settings):
+               pooling_declared: str | None = None, **xr_settings):
     import lightning.pytorch as pl
 
     from tiny_models import build_tiny
@@ -203,6 +203,9 @@ def _fine_tune(tmp_path: Path, cache_dir: Path, crash_at: tuple[int, int] | None
     codes = C.indices
     chain = _binary_chain(codes, C.shape[1])
     model = build_tiny("bert", tmp_path / "tiny")
+    if pooling_declared:  # as a sentence-transformers folder declares its pooling (MiniLM: mean)
+        (model / "1_Pooling").mkdir(exist_ok=True)
+        (model / "1_Pooling" / "config.json").write_text(json.dumps({f"pooling_mode_{pooling_declared}_tokens": True}))
     mcfg = MatcherConfig(model_name_or_path=str(model), max_length=32, batch_size=8, lr=1e-3, level_steps=list(steps),
                          checkpoint_every_n_steps=2, progress=False, cache_dir=str(tmp_path / "tok"))
     trainer = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False, "enable_model_summary": False,
@@ -233,6 +236,14 @@ def test_killed_during_level_two_resumes_there_and_ends_the_same(tmp_path):
     for split in ("train", "test"):
         np.testing.assert_allclose(resumed.outputs.embeddings(split), fresh.outputs.embeddings(split), atol=1e-5)
     assert [lv.get("eval_recall@1") for lv in resumed.levels] == [lv.get("eval_recall@1") for lv in fresh.levels]
+
+
+@pytest.mark.slow
+def test_every_level_pools_as_the_pretrained_model_declares(tmp_path):
+    # a level's saved encoder folder does not declare the pooling: `auto` resolves once, on the pretrained model
+    _fine_tune(tmp_path, tmp_path / "cache", steps=(2, 2, 2), pooling_declared="mean")
+    metas = sorted((tmp_path / "cache" / "stages" / "xrlevel").glob("*/matcher_config.json"))
+    assert [json.loads(m.read_text())["pooling_resolved"] for m in metas] == ["mean"] * 3
 
 
 @pytest.mark.slow

@@ -69,8 +69,10 @@ def level_keys(base_key: str, n_nodes: list[int], schedule: list[dict[str, Any]]
     """XR-Transformer's per-level keys: level t on level t-1's key plus its own size and schedule, so
     changing level t's schedule retrains from level t on and reuses the levels before it."""
     keys, key = [], base_key
-    for n, sched in zip(n_nodes, schedule):
-        key = settings_key(LEVEL_STAGE, key, n, sched)
+    for t, (n, sched) in enumerate(zip(n_nodes, schedule)):
+        # levels after the first pool as the first resolved (before 2026-11-24 `auto` fell back to
+        # [CLS] on a saved level's encoder): their old folders must not be reused
+        key = settings_key(LEVEL_STAGE, key, n, sched, *([{"pooling": "as level 0"}] if t else []))
         keys.append(key)
     return tuple(keys)
 

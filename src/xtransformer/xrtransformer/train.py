@@ -106,19 +106,22 @@ def fine_tune(
     dm.setup("fit")
 
     encoder_path, prev, reports, offset = base, None, [], 0
+    # `auto` resolves on the pretrained folder (sentence-transformers declare mean pooling there);
+    # a level's saved encoder does not declare it, so later levels pool as level 0 resolved
+    pooling = mcfg.pooling
     for level, sched, key in zip(levels, schedule, level_keys):
         folder = cache.path(LEVEL_STAGE, key)
         if cache.trusted(LEVEL_STAGE, key, folder):
             cache.events.append((LEVEL_STAGE, key, "reused"))
             log.info("xrtransformer level %d (%d clusters): reusing %s", level.index, level.n_nodes, folder)
         else:
-            _train_level(mcfg, xcfg, trainer_cfg, dm, Y, level, prev, sched, encoder_path, folder, cache, key,
-                         eval_split, level_loggers(logger, offset), callbacks)
+            _train_level(mcfg, xcfg, trainer_cfg, dm, Y, level, prev, sched, encoder_path, pooling, folder, cache,
+                         key, eval_split, level_loggers(logger, offset), callbacks)
             cache.events.append((LEVEL_STAGE, key, "ran"))
         loaded = load_matcher_model(folder)
         reports.append(loaded.meta["level"])
         prev = (level, folder, loaded.head.weight.detach().numpy(), loaded.head.bias.detach().numpy())
-        encoder_path = folder / "encoder"
+        encoder_path, pooling = folder / "encoder", loaded.meta["pooling_resolved"]
         offset += int(sched["steps"])
 
     # every split embedded once by the final encoder: the final model's features
@@ -140,7 +143,7 @@ def fine_tune(
 def _train_level(mcfg: MatcherConfig, xcfg: XRTransformerConfig, trainer_cfg: dict[str, Any],
                  dm: MatcherDataModule, Y: Mapping[str, sp.spmatrix], level: Level,
                  prev: tuple[Level, Path, np.ndarray, np.ndarray] | None, sched: Mapping[str, Any],
-                 encoder_path: Path, folder: Path, cache: StageCache, key: str, eval_split: str | None,
+                 encoder_path: Path, pooling: str, folder: Path, cache: StageCache, key: str, eval_split: str | None,
                  logger: Any, callbacks: Sequence[Any] = ()) -> None:
     import lightning.pytorch as pl
 
@@ -158,7 +161,7 @@ def _train_level(mcfg: MatcherConfig, xcfg: XRTransformerConfig, trainer_cfg: di
     dm.seed = mcfg.seed + 1000 * level.index  # each level its own batch order
 
     pl.seed_everything(mcfg.seed + level.index, workers=True, verbose=False)
-    module = XRLevelModule(str(encoder_path), level.n_nodes, pooling=mcfg.pooling, lr=sched["lr"],
+    module = XRLevelModule(str(encoder_path), level.n_nodes, pooling=pooling, lr=sched["lr"],
                            head_lr=mcfg.head_lr, weight_decay=mcfg.weight_decay, adam_eps=mcfg.adam_eps,
                            warmup_ratio=sched["warmup_ratio"], topb=mcfg.topb,
                            with_token_types=dm.tokens[TRAIN_SPLIT].type_ids is not None)
