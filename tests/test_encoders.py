@@ -181,6 +181,41 @@ def test_embed_bf16_close_to_fp32() -> None:
     assert np.min(np.sum(fp32 * bf16, axis=1)) > 0.98
 
 
+@pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
+def test_declared_pooling_is_what_auto_resolves_to(tmp_path: Path, pooling: str) -> None:
+    from xtransformer.encoders import declare_pooling
+
+    folder = build_tiny("xlnet", tmp_path / "m")  # its family's own: last
+    declare_pooling(folder, pooling, 32)
+    assert default_pooling("xlnet", folder) == pooling
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        declare_pooling(folder, "max", 32)
+
+
+def test_half_precision_checkpoint_loads_and_embeds_in_fp32(tmp_path: Path) -> None:
+    """transformers 5 loads a checkpoint in its stored dtype: an fp16 folder must still train and
+    embed in fp32 on CPU (there, fp16 layer norms fail on mixed dtypes)."""
+    from transformers import AutoModel
+
+    from xtransformer.matcher.module import MatcherModule
+
+    folder = build_tiny("bert", tmp_path / "fp32")
+    half = tmp_path / "fp16"
+    AutoModel.from_pretrained(folder).half().save_pretrained(half)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        if (folder / name).is_file():
+            (half / name).write_bytes((folder / name).read_bytes())
+    assert AutoModel.from_pretrained(half).dtype == torch.float16  # what a plain load gives
+    model, tokenizer = load_encoder(str(half))
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    emb = embed_texts(model, tokenizer, toy_corpus()[:4], max_length=32, pooling="mean", progress=False)
+    ref_model, _ = load_encoder(str(folder))
+    ref = embed_texts(ref_model, tokenizer, toy_corpus()[:4], max_length=32, pooling="mean", progress=False)
+    np.testing.assert_allclose(emb, ref, atol=5e-3)  # the weights rounded to fp16, computed in fp32
+    module = MatcherModule(str(half), num_clusters=3)
+    assert {p.dtype for p in module.parameters()} == {torch.float32}
+
+
 def test_autocast_context_validates() -> None:
     with pytest.raises(ValueError, match="precision"):
         autocast_context("fp8", torch.device("cpu"))

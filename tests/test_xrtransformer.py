@@ -240,10 +240,14 @@ def test_killed_during_level_two_resumes_there_and_ends_the_same(tmp_path):
 
 @pytest.mark.slow
 def test_every_level_pools_as_the_pretrained_model_declares(tmp_path):
-    # a level's saved encoder folder does not declare the pooling: `auto` resolves once, on the pretrained model
+    # `auto` resolves once, on the pretrained model; every level pools the same way, and its saved
+    # encoder folder declares it, so `auto` on that folder (a warm start from it) pools the same too
+    from xtransformer.encoders import default_pooling
+
     _fine_tune(tmp_path, tmp_path / "cache", steps=(2, 2, 2), pooling_declared="mean")
     metas = sorted((tmp_path / "cache" / "stages" / "xrlevel").glob("*/matcher_config.json"))
     assert [json.loads(m.read_text())["pooling_resolved"] for m in metas] == ["mean"] * 3
+    assert [default_pooling("bert", m.parent / "encoder") for m in metas] == ["mean"] * 3  # BERT's own: cls
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ pooling, batched embedding), ``errors``.
 from xtransformer.encoders.embed import (
     POOLINGS,
     autocast_context,
+    declare_pooling,
     default_pooling,
     default_truncate_chars,
     embed_texts,
@@ -29,6 +30,7 @@ from xtransformer.encoders.embed import (
     length_sorted_batches,
     load_encoder,
     pool_hidden,
+    pretrained_encoder,
     resolve_pooling,
 )
 from xtransformer.encoders.errors import ModelNotFoundError
@@ -38,7 +40,8 @@ from xtransformer.utils.io import texts_fingerprint  # re-exported: the matcher'
 
 __all__ = [
     "POOLINGS", "TINY_FAMILIES", "TINY_PREFIX", "ModelNotFoundError", "TinySpec", "autocast_context",
-    "build_tiny_model", "check_model_available", "default_cache_dir", "default_pooling", "default_truncate_chars",
-    "embed_texts", "encode_batches", "encoder_forward", "l2_normalize", "length_sorted_batches", "load_encoder",
-    "pool_hidden", "resolve_model", "resolve_pooling", "texts_fingerprint",
+    "build_tiny_model", "check_model_available", "declare_pooling", "default_cache_dir", "default_pooling",
+    "default_truncate_chars", "embed_texts", "encode_batches", "encoder_forward", "l2_normalize",
+    "length_sorted_batches", "load_encoder", "pool_hidden", "pretrained_encoder", "resolve_model", "resolve_pooling",
+    "texts_fingerprint",
 ]

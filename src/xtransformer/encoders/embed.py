@@ -19,6 +19,15 @@ POOLINGS = ("cls", "last", "mean")
 
 
 
+def pretrained_encoder(path: str | os.PathLike) -> nn.Module:
+    """``AutoModel`` from a local folder, always in fp32: transformers 5 loads a checkpoint in the
+    dtype it was stored in, so an fp16 folder would train and embed in fp16 (on CPU its layer norms
+    refuse the mixed dtypes); reduced precision is the Trainer's / the embedder's autocast."""
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(path, dtype=torch.float32)
+
+
 def load_encoder(
     name_or_path: str | os.PathLike,
     cache_dir: str | os.PathLike | None = None,
@@ -26,16 +35,31 @@ def load_encoder(
     device: str | torch.device | None = None,
 ) -> tuple[nn.Module, Any]:
     """Resolve ``name_or_path`` and load ``(AutoModel, AutoTokenizer)`` from it, offline."""
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoTokenizer
 
     path = resolve_model(name_or_path, cache_dir=cache_dir, corpus=corpus)
-    model = AutoModel.from_pretrained(path)
+    model = pretrained_encoder(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         raise ValueError(f"the tokenizer of model {str(name_or_path)!r} has no pad token; batching needs one")
     if device is not None:
         model.to(device)
     return model, tokenizer
+
+
+# sentence-transformers' pooling file (1_Pooling/config.json): the key that declares each pooling
+POOLING_MODES = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token", "last": "pooling_mode_lasttoken"}
+
+
+def declare_pooling(model_dir: str | os.PathLike, pooling: str, hidden_size: int) -> None:
+    """Write ``pooling`` into ``model_dir`` as sentence-transformers do, so that ``auto`` resolves to
+    it on this folder (a fine-tuned encoder used as the next model's starting point)."""
+    if pooling not in POOLING_MODES:
+        raise ValueError(f"pooling must be one of {tuple(POOLING_MODES)}, got {pooling!r}")
+    folder = Path(model_dir) / "1_Pooling"
+    folder.mkdir(parents=True, exist_ok=True)
+    modes = {key: name == pooling for name, key in POOLING_MODES.items()}
+    (folder / "config.json").write_text(json.dumps({"word_embedding_dimension": int(hidden_size), **modes}, indent=2))
 
 
 def default_pooling(model_type: str, model_dir: str | os.PathLike | None = None) -> str:
@@ -45,12 +69,9 @@ def default_pooling(model_type: str, model_dir: str | os.PathLike | None = None)
         pooling_cfg = Path(model_dir) / "1_Pooling" / "config.json"
         if pooling_cfg.is_file():
             modes = json.loads(pooling_cfg.read_text())
-            if modes.get("pooling_mode_mean_tokens"):
-                return "mean"
-            if modes.get("pooling_mode_cls_token"):
-                return "cls"
-            if modes.get("pooling_mode_lasttoken"):
-                return "last"
+            for name, key in POOLING_MODES.items():
+                if modes.get(key):
+                    return name
     return "last" if model_type in ("xlnet", "gpt2", "llama", "mistral", "qwen2") else "cls"
 
 

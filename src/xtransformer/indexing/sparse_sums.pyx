@@ -11,12 +11,14 @@ cancels to exactly 0 is kept as an explicit zero (scipy drops it), which no use 
 
 from concurrent.futures import ThreadPoolExecutor
 
+cimport cython
 from libc.stdint cimport int32_t, int64_t
 
 import numpy as np
 import scipy.sparse as sp
 
 
+@cython.wraparound(True)  # plain Python below: numpy's negative indices (work[-1], indptr[-1])
 def label_sums(Yt: sp.csr_matrix, X: sp.csr_matrix, threads: int = 1) -> sp.csr_matrix:
     """``Yt @ X`` for csr ``Yt`` (``L x N``) and ``X`` (``N x D``), as csr float32; label ranges of
     about equal work run in ``threads`` threads (the loops run without the GIL)."""

@@ -19,7 +19,13 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from xtransformer.encoders import encode_batches, l2_normalize, length_sorted_batches
+from xtransformer.encoders import (
+    declare_pooling,
+    encode_batches,
+    l2_normalize,
+    length_sorted_batches,
+    pretrained_encoder,
+)
 from xtransformer.matcher.datamodule import TokenizedTexts, tokenize_texts
 from xtransformer.utils.io import atomic_dir, is_complete, load_json, save_json
 
@@ -83,6 +89,8 @@ def save_matcher_model(encoder: nn.Module, head: nn.Linear, tokenizer: Any, meta
     with atomic_dir(path) as tmp:
         encoder.save_pretrained(tmp / "encoder")
         tokenizer.save_pretrained(tmp / "encoder")
+        if meta.get("pooling_resolved"):  # `auto` on this encoder folder then pools as it was trained
+            declare_pooling(tmp / "encoder", meta["pooling_resolved"], encoder.config.hidden_size)
         torch.save({k: v.detach().cpu() for k, v in head.state_dict().items()}, tmp / "head.pt")
         save_json(meta, tmp / "matcher_config.json")
     return path
@@ -90,7 +98,7 @@ def save_matcher_model(encoder: nn.Module, head: nn.Linear, tokenizer: Any, meta
 
 def load_matcher_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> LoadedMatcher:
     """Load a folder written by :func:`save_matcher_model`."""
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoTokenizer
 
     path = Path(path)
     if (path / "model").is_dir() and not (path / "matcher_config.json").is_file():
@@ -99,7 +107,7 @@ def load_matcher_model(path: str | os.PathLike, device: str | torch.device = "cp
         raise FileNotFoundError(f"no finished matcher model in {path} (expected encoder/, head.pt or head.safetensors, "
                                 "matcher_config.json and a _COMPLETE marker)")
     meta = load_json(path / "matcher_config.json")
-    encoder = AutoModel.from_pretrained(path / "encoder").to(device)
+    encoder = pretrained_encoder(path / "encoder").to(device)
     tokenizer = AutoTokenizer.from_pretrained(path / "encoder")
     head = nn.Linear(int(meta["hidden_size"]), int(meta["num_clusters"]))
     if (path / "head.safetensors").is_file():  # portable model folders hold no pickles

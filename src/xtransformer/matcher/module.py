@@ -47,12 +47,12 @@ class MatcherModule(pl.LightningModule):
         with_token_types: bool = False,
     ) -> None:
         super().__init__()
-        from transformers import AutoModel
+        from xtransformer.encoders import pretrained_encoder
 
         self.save_hyperparameters()
         if num_clusters < 1:
             raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
-        self.encoder = AutoModel.from_pretrained(encoder_path)
+        self.encoder = pretrained_encoder(encoder_path)
         self.pooling = resolve_pooling(pooling, self.encoder)
         self.head = nn.Linear(self.encoder.config.hidden_size, num_clusters)
         _freeze_unused_parameters(self.encoder, self.pooling, with_token_types)

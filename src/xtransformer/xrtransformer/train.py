@@ -107,7 +107,7 @@ def fine_tune(
 
     encoder_path, prev, reports, offset = base, None, [], 0
     # `auto` resolves on the pretrained folder (sentence-transformers declare mean pooling there);
-    # a level's saved encoder does not declare it, so later levels pool as level 0 resolved
+    # later levels pool as level 0 resolved (level folders cached before they declared it too say nothing)
     pooling = mcfg.pooling
     for level, sched, key in zip(levels, schedule, level_keys):
         folder = cache.path(LEVEL_STAGE, key)
