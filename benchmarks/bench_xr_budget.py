@@ -12,11 +12,11 @@ fine-tuning and embedding on the GPU (embeddings sent back as int8, row-scaled),
 linear model here on the CPU run's cached TF-IDF:
 
     python benchmarks/bench_xr_budget.py payload --cache-dir CACHE --out .dev      # here
-    python benchmarks/bench_xr_budget.py finetune --payload .dev --out $OUT x4 'matcher.level_steps=[400,800,1600]'
+    python benchmarks/bench_xr_budget.py finetune --payload .dev --out $OUT x4 trainer=gpu 'matcher.level_steps=[400,800,1600]'
     python benchmarks/bench_xr_budget.py final --cache-dir CACHE --emb DIR/x4 --xrlinear PRED.npz x4
 
-``final`` is the pipeline's final stage (re-clustered tree, HierarchicalLinear on TF-IDF ⊕ the
-embeddings, settings of configs/xrtransformer/default.yaml); on the CPU run's own embeddings, sent
+``final`` is the pipeline's final stage (``stages.train_final`` with the settings of
+configs/xrtransformer/default.yaml); on the CPU run's own embeddings, sent
 through int8, it gives 93.48 P@1 against the run's 93.50.
 """
 
@@ -136,9 +136,9 @@ def finetune(args: argparse.Namespace) -> None:
 def final(args: argparse.Namespace) -> None:
     """The final model on the CPU run's TF-IDF and the returned embeddings; P@k alone and with XR-Linear."""
     from xtransformer.data import load_dataset
-    from xtransformer.indexing import build_index
+    from xtransformer.indexing.chain import ClusterChain
     from xtransformer.metrics import evaluate
-    from xtransformer.ranker import HierarchicalLinear
+    from xtransformer.pipeline.stages import train_final
     from xtransformer.xrtransformer.model import final_features
 
     s = settings(args.overrides)
@@ -150,10 +150,9 @@ def final(args: argparse.Namespace) -> None:
            for n in SPLITS}
     t0 = time.perf_counter()
     F = {n: final_features(fcfg.features, X[n], emb[n], fcfg.model.neural_weight) for n in SPLITS}
-    Y = ds.splits["train"].Y
-    tree, _ = build_index(fcfg.indexing, Y, X_train_tfidf=F["train"], label_ids=ds.vocab.ids)
-    model = HierarchicalLinear.train(F["train"], Y, list(tree.subsample(fcfg.nr_splits)), fcfg.model,
-                                     merge=fcfg.indexing.merge)
+    chain = ClusterChain.load(stage_folder(args.cache_dir, "indexing") / "chain", ds.vocab.ids)
+    model, _ = train_final(fcfg, F["train"], ds.splits["train"].Y, ds.vocab.ids,
+                           chain.subsample(s.xrtransformer.nr_splits), s.indexing.merge)
     P = model.predict(F["dev"]).tocsr()
     seconds = time.perf_counter() - t0
     both = (0.5 * P + 0.5 * sp.load_npz(args.xrlinear).tocsr()).tocsr()  # as the run's xrtransformer+xrlinear

@@ -143,17 +143,26 @@ def xrlinear(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], s: 
     xcfg, icfg, nr_splits = s.xrlinear.model, s.xrlinear.indexing, s.xrlinear.nr_splits
 
     def build(tmp: Path) -> None:
-        chain, report = build_index(icfg, ds.splits["train"].Y, X_train_tfidf=X["train"], label_ids=ds.vocab.ids)
-        chain = chain.subsample(nr_splits)
-        if icfg.n_copies > 1:  # train on the partition, count where its search sends each label, retrain
-            chain, report["disentangle"] = learn_overlap(chain, X["train"], ds.splits["train"].Y, icfg, xcfg)
+        model, report = tree_model(icfg, nr_splits, xcfg, X["train"], ds.splits["train"].Y, ds.vocab.ids)
         save_json(report, tmp / "index_report.json")
-        HierarchicalLinear.train(X["train"], ds.splits["train"].Y, list(chain), xcfg, merge=icfg.merge).save(tmp / "model")
+        model.save(tmp / "model")
 
     folder = cache.run("xrlinear", keys.xrlinear, build, settings=s.xrlinear.training_settings())
     model = HierarchicalLinear.load(folder / "model")
     model.config = xcfg
     return model
+
+
+def tree_model(icfg: IndexingConfig, nr_splits: int, mcfg: Any, feats: sp.csr_matrix, Y: sp.csr_matrix,
+               label_ids: Any) -> tuple[HierarchicalLinear, dict[str, Any]]:
+    """PIFA tree on ``feats`` (seen ``nr_splits``-way) and the hierarchical linear model over it; with
+    ``icfg.n_copies > 1`` the tree's overlap is learned first (train on the partition, count where its
+    search sends each label, retrain). Returns the model and the indexing report."""
+    chain, report = build_index(icfg, Y, X_train_tfidf=feats, label_ids=label_ids)
+    chain = chain.subsample(nr_splits)
+    if icfg.n_copies > 1:
+        chain, report["disentangle"] = learn_overlap(chain, feats, Y, icfg, mcfg)
+    return HierarchicalLinear.train(feats, Y, list(chain), mcfg, merge=icfg.merge), report
 
 
 # ------------------------------------------------------------------------------------ XR-Transformer
@@ -199,19 +208,25 @@ def xrtransformer(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix]
 
         train = ds.splits["train"]
         feats = final_features(fcfg.features, X["train"], tuned.outputs.embeddings("train"), fcfg.model.neural_weight)
-        final_tree, merge = tree, s.indexing.merge  # "same" keeps the fine-tuning tree, its copies included
-        if fcfg.tree == "recluster":  # PIFA on the final features, as PECOS's refined indexer
-            final_tree, report = build_index(fcfg.indexing, train.Y, X_train_tfidf=feats, label_ids=ds.vocab.ids)
-            final_tree, merge = final_tree.subsample(fcfg.nr_splits), fcfg.indexing.merge
-            if fcfg.indexing.n_copies > 1:  # λ on the final tree: counts from a final model on the partition
-                final_tree, report["disentangle"] = learn_overlap(final_tree, feats, train.Y, fcfg.indexing, fcfg.model)
+        model, report = train_final(fcfg, feats, train.Y, ds.vocab.ids, tree, s.indexing.merge)
+        if report is not None:
             save_json(report, tmp / "index_report.json")
-        HierarchicalLinear.train(feats, train.Y, list(final_tree), fcfg.model, merge=merge).save(tmp / "model")
+        model.save(tmp / "model")
 
     folder = cache.run("xrfinal", keys.xrfinal, build, settings=fcfg.training_settings())
     model = HierarchicalLinear.load(folder / "model")
     model.config = fcfg.model  # prediction-time options (beam, top-k, post-processor) come from this run
     return model, tuned
+
+
+def train_final(fcfg: Any, feats: sp.csr_matrix, Y: sp.csr_matrix, label_ids: Any, tree: ClusterChain,
+                merge: str) -> tuple[HierarchicalLinear, dict[str, Any] | None]:
+    """XR-Transformer's final linear model on its final features (``fcfg``: ``xrtransformer.final``),
+    over the fine-tuning ``tree`` or a tree re-clustered on the features; the re-clustering's report."""
+    if fcfg.tree == "recluster":  # PIFA on the final features, as PECOS's refined indexer
+        return tree_model(fcfg.indexing, fcfg.nr_splits, fcfg.model, feats, Y, label_ids)
+    # "same" keeps the fine-tuning tree, its copies included
+    return HierarchicalLinear.train(feats, Y, list(tree), fcfg.model, merge=merge), None
 
 
 def predict_xrtransformer(model: HierarchicalLinear, xcfg: XRTransformerConfig, X: dict[str, sp.csr_matrix],
