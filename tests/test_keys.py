@@ -96,7 +96,7 @@ def _mutate(section: Settings, name: str) -> Settings | None:
                         except UserError:
                             continue
     if tried and all("leave it at" in why for _, why in tried):
-        return None  # a field pinned by a rule (XR-Linear's matcher_weight): nothing to vary
+        return None  # a field pinned by a rule: nothing to vary
     if isinstance(value, str):
         try:
             return dataclasses.replace(section, **{name: value + "x"})

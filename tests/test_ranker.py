@@ -430,7 +430,7 @@ def test_config_rejects_bad_values():
     with pytest.raises(RankerError, match="matcher_weight"):
         RankerConfig(matcher_weight=-1)
     with pytest.raises(RankerError, match="matcher_weight"):
-        HierarchicalLinearConfig(matcher_weight=0.5)
+        HierarchicalLinearConfig(matcher_weight=-0.5)
 
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -449,7 +449,7 @@ def test_yaml_configs_mirror_the_dataclasses():
             assert cfg.name == name
     # the pipeline's XR-Linear model settings: every field, and nothing else
     xr_model = yaml.safe_load((CONFIGS / "xrlinear" / "default.yaml").read_text())["model"]
-    assert set(xr_model) == set(fields) - {"name", "matcher_weight"}
+    assert set(xr_model) == set(fields) - {"name"}
     assert HierarchicalLinearConfig.from_mapping(xr_model, "xrlinear.model").features == "tfidf"
 
 

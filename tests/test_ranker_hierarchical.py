@@ -27,14 +27,17 @@ def problem(n=300, f=50, L=24, seed=0):
     return X, Y, chain
 
 
-def brute_force(model: HierarchicalLinear, X: sp.csr_matrix, post: str) -> np.ndarray:
-    """Dense N x L final scores with no beam: every root-to-label path combined."""
+def brute_force(model: HierarchicalLinear, X: sp.csr_matrix, post: str, matcher_weight: float = 1.0) -> np.ndarray:
+    """Dense N x L final scores with no beam: every root-to-label path combined, the labels' path
+    score raised to ``matcher_weight`` (times it for log- post-processors)."""
     pp = get_post_processor(post)
     score = np.full((X.shape[0], 1), pp.root_score, np.float32)
-    for level in model.levels:
+    for d, level in enumerate(model.levels):
         raw = with_bias(X, level.bias).toarray() @ level.W.toarray()
-        parent_of = level.C.tocsr().indices
-        score = pp.combine(raw, score[:, parent_of])
+        parent = score[:, level.C.tocsr().indices]
+        if d == len(model.levels) - 1:
+            parent = parent**matcher_weight if pp.rule == "mul" else parent * matcher_weight
+        score = pp.combine(raw, parent)
     return score
 
 
@@ -62,6 +65,26 @@ def test_full_beam_returns_exact_topk(post):
     # the same labels (ties aside): each stored label's score equals its reference score
     rows = np.repeat(np.arange(X.shape[0]), k)
     np.testing.assert_allclose(got.data, ref[rows, got.indices], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("post,w", [("l3-hinge", 0.2), ("l3-hinge", 0.0), ("log-l1-hinge", 0.5), ("sigmoid", 2.0)])
+def test_matcher_weight_scales_the_path_score_of_the_labels(post, w):
+    X, Y, chain = problem()
+    model = HierarchicalLinear.train(X, Y, chain, HierarchicalLinearConfig(threshold=0.0, post_processor=post))
+    k = 5
+    got = model.predict(X, beam_size=6, topk=k, matcher_weight=w)
+    ref = brute_force(model, X, post, matcher_weight=w)
+    rows = np.repeat(np.arange(X.shape[0]), k)
+    np.testing.assert_allclose(got.data, ref[rows, got.indices], rtol=1e-4, atol=1e-6)
+    want = -np.sort(-ref, axis=1)[:, :k]
+    np.testing.assert_allclose(-np.sort(-got.data.reshape(-1, k), axis=1), want, rtol=1e-4, atol=1e-6)
+    # the setting in the model's config is what predict uses by default
+    model.config = HierarchicalLinearConfig(threshold=0.0, post_processor=post, matcher_weight=w)
+    again = model.predict(X, beam_size=6, topk=k)
+    np.testing.assert_array_equal(again.indices, got.indices)
+    if w == 0.0:  # the label rankers alone: the ranking ignores the levels above (within the beam)
+        raw = with_bias(X, model.levels[-1].bias).toarray() @ model.levels[-1].W.toarray()
+        np.testing.assert_allclose(ref, get_post_processor(post).transform(raw), rtol=1e-6)
 
 
 def test_narrow_beam_only_returns_labels_under_kept_clusters():

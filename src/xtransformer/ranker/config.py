@@ -85,12 +85,10 @@ class HierarchicalLinearConfig(RankerConfig):
     name: str = run_field("xrlinear")
     features: str = "tfidf"
     negatives: str = "tfn"
-    matcher_weight: float = run_field(1.0)  # no matcher here: fixed at 1.0
-
-    def check(self) -> None:
-        super().check()
-        if self.matcher_weight != 1.0:
-            raise self.bad("matcher_weight", "applies to the matcher's shortlist only; leave it at 1.0")
+    # weight w of the path score the levels above the labels give (the tree is XR-Linear's matcher):
+    # a label scores t(label) * path^w (w * path for log- post-processors); 1 = PECOS, 0 = the label
+    # rankers alone over the beam's leaf clusters. Prediction only: training's beam is unweighted.
+    matcher_weight: float = predict_field(1.0)
 
     def training_settings(self) -> dict[str, Any]:
         """Matcher-aware negatives come from the model's own beam, so its width and scores then

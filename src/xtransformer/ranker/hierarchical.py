@@ -117,14 +117,20 @@ class HierarchicalLinear:
         beam_size: int | None = None,
         topk: int | None = None,
         post_processor: str | None = None,
+        matcher_weight: float | None = None,
     ) -> sp.csr_matrix:
-        """Top-``topk`` label scores (csr ``N x L``) by beam search down the tree."""
+        """Top-``topk`` label scores (csr ``N x L``) by beam search down the tree; a label's score
+        is its ranker's times the path score of its leaf cluster raised to ``matcher_weight``."""
         X = as_features(X)
         if X.shape[1] != self.n_features:
             raise RankerError(f"hierarchical linear: `X` has {X.shape[1]} features, the model {self.n_features}")
         topk = topk or self.config.topk
         post = get_post_processor(post_processor or self.config.post_processor)
         beam = self._search(X, self.levels[:-1], post, beam_size)
+        w = self.config.matcher_weight if matcher_weight is None else matcher_weight
+        if w < 0:
+            raise RankerError(f"hierarchical linear: matcher_weight must be >= 0, got {w}")
+        beam.score = post.weight_parent(beam.score, w)
         if self.copies is None:
             return self.levels[-1].score(X, beam, post, topk, self.config.n_threads).to_csr(self.n_labels)
         copies = self.levels[-1].score(X, beam, post, self.copies.search_width(topk), self.config.n_threads)

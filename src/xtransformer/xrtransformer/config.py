@@ -39,9 +39,10 @@ class FinalModelConfig(Settings):
     tree: str = "recluster"  # recluster: PIFA on the final features; same: the fine-tuning tree
     nr_splits: int = 16  # branching of the re-clustered tree as the linear model sees it
     indexing: IndexingConfig = field(default_factory=lambda: IndexingConfig(max_leaf_size=100))
-    # PECOS's final model: matcher-aware negatives from the model's own beam, light pruning
-    model: HierarchicalLinearConfig = field(
-        default_factory=lambda: HierarchicalLinearConfig(features="tfidf+neural", negatives="tfn+man", threshold=0.01))
+    # PECOS's final model: matcher-aware negatives from the model's own beam, light pruning; at
+    # prediction the label rankers outweigh the path above them (matcher_weight 0.2, README)
+    model: HierarchicalLinearConfig = field(default_factory=lambda: HierarchicalLinearConfig(
+        features="tfidf+neural", negatives="tfn+man", threshold=0.01, matcher_weight=0.2))
     # prediction only: also rank with the fine-tuned label-level head, combined with the linear
     # model's scores by this ensemble method (null: the linear model alone, as the paper); needs the
     # label level among the fine-tuned levels

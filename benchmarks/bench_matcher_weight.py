@@ -1,0 +1,105 @@
+"""The weight of the tree's path score at the label level (``matcher_weight`` w of the hierarchical
+linear model: a label scores t(label) * path^w), chosen on held-out training documents.
+
+    python benchmarks/bench_matcher_weight.py --cache-dir CACHE   # CACHE: the stage cache of `python train.py experiment=eurlex57k_xr`
+
+For XR-Transformer's final model (TF-IDF ⊕ the run's fine-tuned embeddings) and for XR-Linear
+(TF-IDF), each with the run's settings (``stages.train_final`` / ``stages.tree_model``): train on all
+but ``--holdout`` random training documents and score those for every weight (the selection), then
+score the eval split with the run's own cached models (the check; nothing is chosen on it). The
+encoder was fine-tuned on the held-out documents too, so their embeddings are a little easier than
+new ones: the selection reads the shape of the curve, not its level. Prints the table and writes
+``benchmarks/results/matcher-weight-<tag>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_xr_budget import settings, stage_folder  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
+METRICS = ("P@1", "P@3", "P@5", "nDCG@5")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from xtransformer.data import load_dataset
+    from xtransformer.indexing.chain import ClusterChain
+    from xtransformer.metrics import evaluate
+    from xtransformer.pipeline.stages import train_final, tree_model
+    from xtransformer.ranker import HierarchicalLinear
+    from xtransformer.xrtransformer.model import final_features
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cache-dir", type=Path, required=True, help="stage cache of a finished eurlex57k_xr run")
+    ap.add_argument("--holdout", type=int, default=5000, help="random training documents held out for the selection")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tag", default="eurlex57k")
+    args = ap.parse_args(argv)
+
+    s = settings([])  # experiment=eurlex57k_xr, as bench_xr_budget.py
+    ds = load_dataset(s.data)
+    train, ev = ds.splits["train"], ds.splits[ds.eval_split]
+    tfidf = stage_folder(args.cache_dir, "tfidf")
+    X = {n: sp.load_npz(tfidf / f"X.{n}.npz").tocsr() for n in ("train", ds.eval_split)}
+    emb = stage_folder(args.cache_dir, "xrembed") / "embeddings"
+    fcfg = s.xrtransformer.final
+    F = {n: final_features(fcfg.features, X[n], np.load(emb / f"{n}.npy"), fcfg.model.neural_weight) for n in X}
+    perm = np.random.default_rng(args.seed).permutation(train.Y.shape[0])
+    fit, held = np.sort(perm[args.holdout:]), np.sort(perm[: args.holdout])
+    Y = train.Y.tocsr()
+    chain = ClusterChain.load(stage_folder(args.cache_dir, "indexing") / "chain", ds.vocab.ids)
+
+    def xrt_holdout() -> HierarchicalLinear:
+        return train_final(fcfg, F["train"][fit], Y[fit], ds.vocab.ids, chain.subsample(s.xrtransformer.nr_splits),
+                           s.indexing.merge)[0]
+
+    def xrl_holdout() -> HierarchicalLinear:
+        x = s.xrlinear
+        return tree_model(x.indexing, x.nr_splits, x.model, X["train"][fit], Y[fit], ds.vocab.ids)[0]
+
+    models = {  # name -> (features, eval-split model of the run, held-out model builder)
+        "xrtransformer": ("F", HierarchicalLinear.load(stage_folder(args.cache_dir, "xrfinal") / "model"), xrt_holdout),
+        "xrlinear": ("X", HierarchicalLinear.load(stage_folder(args.cache_dir, "xrlinear") / "model"), xrl_holdout),
+    }
+    rows = []
+    for name, (kind, run_model, build) in models.items():
+        feats = F if kind == "F" else X
+        t0 = time.perf_counter()
+        held_model = build()
+        print(f"{name}: model on {len(fit)} training documents in {time.perf_counter() - t0:.0f} s", flush=True)
+        for w in WEIGHTS:
+            h = evaluate(Y[held], held_model.predict(feats["train"][held], matcher_weight=w))
+            e = evaluate(ev.Y, run_model.predict(feats[ds.eval_split], matcher_weight=w))
+            rows.append({"model": name, "matcher_weight": w, "holdout": {m: round(h[m], 2) for m in METRICS},
+                         ds.eval_split: {m: round(e[m], 2) for m in METRICS}})
+            print(json.dumps(rows[-1]), flush=True)
+    best = {n: max((r for r in rows if r["model"] == n), key=lambda r: (r["holdout"]["P@1"] + r["holdout"]["P@3"]
+                                                                       + r["holdout"]["P@5"]))["matcher_weight"]
+            for n in models}
+    lines = [f"held out: {args.holdout} random training documents (seed {args.seed}); eval: {ds.eval_split}; "
+             f"best on the held-out documents by P@1 + P@3 + P@5: {best}", "",
+             f"| model | matcher_weight | held-out P@1 | P@3 | P@5 | {ds.eval_split} P@1 | P@3 | P@5 | nDCG@5 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        h, e = r["holdout"], r[ds.eval_split]
+        lines.append(f"| {r['model']} | {r['matcher_weight']} | {h['P@1']:.2f} | {h['P@3']:.2f} | {h['P@5']:.2f} | "
+                     f"{e['P@1']:.2f} | {e['P@3']:.2f} | {e['P@5']:.2f} | {e['nDCG@5']:.2f} |")
+    table = "\n".join(lines)
+    print(table)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"matcher-weight-{args.tag}.json").write_text(json.dumps({"best": best, "rows": rows}, indent=1))
+    (RESULTS / f"matcher-weight-{args.tag}.md").write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
