@@ -74,7 +74,7 @@ def _alternatives(value: Any, name: str) -> Iterator[Any]:
         yield from (3, 0.5, 100, "average")
 
 
-def _mutate(section: Settings, name: str) -> Settings | None:
+def _mutate(section: Settings, name: str) -> Settings:
     value = getattr(section, name)
     tried = []
     for alt in _alternatives(value, name):
@@ -95,8 +95,6 @@ def _mutate(section: Settings, name: str) -> Settings | None:
                             return dataclasses.replace(section, **{name: option})
                         except UserError:
                             continue
-    if tried and all("leave it at" in why for _, why in tried):
-        return None  # a field pinned by a rule: nothing to vary
     if isinstance(value, str):
         try:
             return dataclasses.replace(section, **{name: value + "x"})
@@ -169,8 +167,6 @@ def test_every_training_setting_changes_its_keys_and_no_other_setting_does(metho
         for path, record, field_name, _ in _fields(getattr(s, name), name):
             which = _in_record(s, path)
             new_record = _mutate(record, field_name)
-            if new_record is None:
-                continue
             try:
                 mutated = _replace_path(s, path, new_record)
             except UserError:  # pinned by a cross-field rule of the enclosing record
