@@ -94,11 +94,16 @@ def main(argv: list[str] | None = None) -> None:
         h, e = r["holdout"], r[ds.eval_split]
         lines.append(f"| {r['model']} | {r['matcher_weight']} | {h['P@1']:.2f} | {h['P@3']:.2f} | {h['P@5']:.2f} | "
                      f"{e['P@1']:.2f} | {e['P@3']:.2f} | {e['P@5']:.2f} | {e['nDCG@5']:.2f} |")
+    save_selection(f"matcher-weight-{args.tag}", best, rows, lines)
+
+
+def save_selection(stem: str, best: object, rows: list[dict], lines: list[str]) -> None:
+    """Print a held-out selection's table; write ``results/<stem>.{json,md}``."""
     table = "\n".join(lines)
     print(table)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"matcher-weight-{args.tag}.json").write_text(json.dumps({"best": best, "rows": rows}, indent=1))
-    (RESULTS / f"matcher-weight-{args.tag}.md").write_text(table + "\n")
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"best": best, "rows": rows}, indent=1))
+    (RESULTS / f"{stem}.md").write_text(table + "\n")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from xtransformer.data import (
     tfidf_features,
     write_xc_sparse,
 )
+from xtransformer.data.tfidf import TfidfConfig
 from xtransformer.utils.io import save_csr
 
 
@@ -152,6 +153,30 @@ def test_tfidf_settings_and_cache(toy, tmp_path):
     assert (X2["test"] != X["test"]).nnz == 0
     tfidf_features(ds, {"min_df": 1, "max_features": 20}, cache_dir=tmp_path / "c")
     assert len(list((tmp_path / "c" / "stages" / "tfidf").iterdir())) == 2
+
+
+def test_tfidf_lead_block_is_the_documents_opening_weighted_beside_the_body(toy, tmp_path):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    ds = load_dataset(str(toy), cache_dir=tmp_path / "c")
+    body = tfidf_features(ds, {"min_df": 1}, cache_dir=tmp_path / "c")
+    X = tfidf_features(ds, {"min_df": 1, "lead_chars": 12, "lead_weight": 0.5}, cache_dir=tmp_path / "c")
+    lead_vec = TfidfVectorizer(min_df=1, ngram_range=(1, 2), sublinear_tf=True, strip_accents="unicode",
+                               dtype=np.float32).fit([t[:12] for t in ds.splits["train"].texts])
+    for split in ("train", "test"):
+        lead = lead_vec.transform([t[:12] for t in ds.splits[split].texts]).toarray()
+        want = np.hstack([body[split].toarray(), 0.5 * lead])
+        want /= np.linalg.norm(want, axis=1, keepdims=True)
+        assert X[split].shape == want.shape and np.allclose(X[split].toarray(), want, atol=1e-6)
+    # only the opening counts: a word after the first 12 characters is in the body block alone
+    assert X["train"].shape[1] == body["train"].shape[1] + len(lead_vec.vocabulary_) < 2 * body["train"].shape[1]
+
+
+def test_tfidf_lead_settings_fail_naming_the_key():
+    with pytest.raises(DataError, match=r"tfidf.lead_chars"):
+        TfidfConfig(lead_chars=-1).check()
+    with pytest.raises(DataError, match=r"tfidf.lead_weight"):
+        TfidfConfig(lead_chars=100, lead_weight=0)
 
 
 # ---- bad input: one clear error naming the file and the line ----

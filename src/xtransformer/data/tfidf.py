@@ -2,8 +2,10 @@
 
 Word unigrams + bigrams, sublinear tf, l2-normalised rows, a configurable vocabulary cap: the
 features the XMC literature and PECOS's benchmarks use. The vectoriser is fit on train only;
-dev/test are transformed with it. Datasets that come with features (XC / npz formats) pass
-them through unchanged.
+dev/test are transformed with it. With ``lead_chars`` > 0 a second TF-IDF block holds the words
+of each document's opening (a legal act's title and header; a paper's title), so the linear
+models weigh them apart from the body: ``[body | lead_weight * lead]``, rows l2-normalised.
+Datasets that come with features (XC / npz formats) pass them through unchanged.
 """
 
 from __future__ import annotations
@@ -48,12 +50,18 @@ class TfidfConfig(Settings):
     strip_accents: str | None = "unicode"
     token_pattern: str = r"(?u)\b\w\w+\b"
     dtype: str = "float32"
+    lead_chars: int = 0  # > 0: also a block of each document's first lead_chars characters
+    lead_weight: float = 1.0  # that block's weight before the row is l2-normalised
     n_jobs: int = run_field(2)  # threads transforming chunks of documents after the fit
 
     def check(self) -> None:
         for key in ("ngram_max", "min_df", "n_jobs"):
             if getattr(self, key) < 1:
                 raise self.bad(key, "must be an int >= 1")
+        if self.lead_chars < 0:
+            raise self.bad("lead_chars", "must be an int >= 0 (0: no lead block)")
+        if not self.lead_weight > 0:
+            raise self.bad("lead_weight", "must be > 0")
         if self.max_features is not None and self.max_features < 1:
             raise self.bad("max_features", "must be an int >= 1, or null for the whole vocabulary")
         if not 0 < self.max_df <= 1:
@@ -79,7 +87,37 @@ def _vectorizer(cfg: TfidfConfig) -> TfidfVectorizer:
     )
 
 
-def _transform(vec: TfidfVectorizer, texts: list[str], n_jobs: int) -> sp.csr_matrix:
+class LeadTfidf:
+    """``[body | weight * lead]`` TF-IDF, rows l2-normalised: ``body`` reads whole documents,
+    ``lead`` their first ``chars`` characters. Fit and transform as a sklearn vectoriser."""
+
+    def __init__(self, body: TfidfVectorizer, lead: TfidfVectorizer, chars: int, weight: float):
+        self.body, self.lead, self.chars, self.weight = body, lead, int(chars), float(weight)
+
+    @property
+    def n_features(self) -> int:
+        return len(self.body.vocabulary_) + len(self.lead.vocabulary_)
+
+    def fit_transform(self, texts: list[str]) -> sp.csr_matrix:
+        return self._stack(self.body.fit_transform(texts), self.lead.fit_transform(self._leads(texts)))
+
+    def transform(self, texts: list[str]) -> sp.csr_matrix:
+        return self._stack(self.body.transform(texts), self.lead.transform(self._leads(texts)))
+
+    def _leads(self, texts: list[str]) -> list[str]:
+        return [t[: self.chars] for t in texts]
+
+    def _stack(self, body: sp.spmatrix, lead: sp.spmatrix) -> sp.csr_matrix:
+        both = sp.hstack([body, lead * self.weight], format="csr", dtype=body.dtype)
+        return normalize(both, norm="l2", copy=False).tocsr()
+
+
+def n_features(vec: TfidfVectorizer | LeadTfidf) -> int:
+    """Columns a fitted vectoriser produces."""
+    return vec.n_features if isinstance(vec, LeadTfidf) else len(vec.vocabulary_)
+
+
+def _transform(vec: TfidfVectorizer | LeadTfidf, texts: list[str], n_jobs: int) -> sp.csr_matrix:
     if n_jobs <= 1 or len(texts) < 2000:
         return vec.transform(texts).tocsr()
     chunks = np.array_split(np.arange(len(texts)), n_jobs * 4)
@@ -132,6 +170,8 @@ def fit_tfidf(ds: XMCDataset, cfg: TfidfConfig) -> tuple[TfidfVectorizer, dict[s
     """Fit on train, transform every split (rows sorted, l2-normalised)."""
     t0 = time.perf_counter()
     vec = _vectorizer(cfg)
+    if cfg.lead_chars:
+        vec = LeadTfidf(vec, _vectorizer(cfg), cfg.lead_chars, cfg.lead_weight)
     out = {"train": vec.fit_transform(ds.splits["train"].texts).tocsr()}
     for name, split in ds.splits.items():
         if name != "train":
@@ -143,7 +183,7 @@ def fit_tfidf(ds: XMCDataset, cfg: TfidfConfig) -> tuple[TfidfVectorizer, dict[s
     return vec, out
 
 
-def load_vectorizer(folder: str | Path) -> TfidfVectorizer:
+def load_vectorizer(folder: str | Path) -> TfidfVectorizer | LeadTfidf:
     """The fitted vectoriser of a TF-IDF stage folder (to featurise new text at prediction time)."""
     path = Path(folder) / VECTORIZER
     if not path.is_file():

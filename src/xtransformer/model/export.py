@@ -159,11 +159,11 @@ def save_run_models(model_dir: str | Path, cfg: Any, ds: Any, models: dict[str, 
     ``tfidf_dir``: the TF-IDF stage folder (its fitted vectoriser), None for given features."""
     from omegaconf import OmegaConf
 
-    from xtransformer.data.tfidf import load_vectorizer
+    from xtransformer.data.tfidf import load_vectorizer, n_features as vectorizer_features
 
     plain = OmegaConf.to_container(cfg, resolve=True)
     vectorizer = load_vectorizer(tfidf_dir) if ds.has_texts else None
-    n_features = len(vectorizer.vocabulary_) if vectorizer is not None else int(ds.splits["train"].X.shape[1])
+    n_features = vectorizer_features(vectorizer) if vectorizer is not None else int(ds.splits["train"].X.shape[1])
     labels = {"ids": list(ds.vocab.ids), "names": list(ds.label_text)}
     common = {"dataset": ds.name, "data": plain["data"], "seed": plain["seed"], "tfidf": plain["tfidf"]}
     written = []

@@ -22,16 +22,29 @@ from xtransformer.utils.io import atomic_path, save_json
 SETTINGS = "tfidf.json"
 VOCABULARY = "vocabulary.json"
 IDF = "idf.npz"
+LEAD_DIR = "lead"
 # get_params() entries that are not analyser settings, or that cannot be stored as data
 _SKIP = {"vocabulary", "dtype", "input", "tokenizer", "preprocessor", "analyzer", "stop_words"}
 
 
 def save_tfidf(vectorizer: Any | None, folder: Path, n_features: int) -> None:
-    """Write the fitted ``vectorizer`` (or, when None, the features-input record) into ``folder``."""
+    """Write the fitted ``vectorizer`` (or, when None, the features-input record) into ``folder``;
+    a lead block's vectoriser (``LeadTfidf``) goes in ``folder/lead/``."""
     folder.mkdir(parents=True, exist_ok=True)
     if vectorizer is None:
         save_json({"input": "features", "n_features": int(n_features), "normalize": "l2"}, folder / SETTINGS)
         return
+    lead = getattr(vectorizer, "lead", None)
+    record = {"input": "text", "n_features": int(n_features),
+              **_save_vectorizer(vectorizer.body if lead is not None else vectorizer, folder)}
+    if lead is not None:
+        record["lead"] = {"chars": vectorizer.chars, "weight": vectorizer.weight, "dir": LEAD_DIR,
+                          **_save_vectorizer(lead, folder / LEAD_DIR)}
+    save_json(record, folder / SETTINGS)
+
+
+def _save_vectorizer(vectorizer: Any, folder: Path) -> dict[str, Any]:
+    """Vocabulary and idf files in ``folder``; returns the analyser record."""
     params = vectorizer.get_params()
     for key in ("tokenizer", "preprocessor", "stop_words"):
         if params.get(key) is not None:
@@ -43,13 +56,13 @@ def save_tfidf(vectorizer: Any | None, folder: Path, n_features: int) -> None:
         terms[col] = term
     settings = {k: v for k, v in params.items() if k not in _SKIP}
     settings["ngram_range"] = list(settings["ngram_range"])
-    save_json({"input": "text", "n_features": len(terms), "dtype": np.dtype(params["dtype"]).name,
-               "vectorizer": settings}, folder / SETTINGS)
+    folder.mkdir(parents=True, exist_ok=True)
     with atomic_path(folder / VOCABULARY) as tmp:
         tmp.write_text(json.dumps(terms, ensure_ascii=False), encoding="utf-8")
     with atomic_path(folder / IDF) as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, idf=np.asarray(vectorizer.idf_))
+    return {"n_terms": len(terms), "dtype": np.dtype(params["dtype"]).name, "vectorizer": settings}
 
 
 class TfidfFeatures:
@@ -85,6 +98,20 @@ class TfidfFeatures:
 
 
 def _load_vectorizer(folder: Path, record: dict[str, Any]) -> Any:
+    body = _load_one(folder, record)
+    lead = record.get("lead")
+    if lead is None:
+        return body
+    from xtransformer.data.tfidf import LeadTfidf
+
+    vec = LeadTfidf(body, _load_one(folder / lead["dir"], lead), lead["chars"], lead["weight"])
+    if vec.n_features != int(record["n_features"]):
+        raise ModelError(f"{folder}: body and lead vocabularies hold {vec.n_features} terms, the record "
+                         f"says {record['n_features']}")
+    return vec
+
+
+def _load_one(folder: Path, record: dict[str, Any]) -> Any:
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     terms = load_record(folder, VOCABULARY)
@@ -93,7 +120,8 @@ def _load_vectorizer(folder: Path, record: dict[str, Any]) -> Any:
             idf = z["idf"]
     except (OSError, ValueError, KeyError) as e:
         raise ModelError(f"{folder / IDF}: unreadable ({e})") from None
-    if len(terms) != len(idf) or len(terms) != int(record["n_features"]):
+    n_terms = int(record["n_terms"] if "n_terms" in record else record["n_features"])  # older folders: n_features
+    if len(terms) != len(idf) or len(terms) != n_terms:
         raise ModelError(f"{folder}: vocabulary ({len(terms)}) and idf ({len(idf)}) sizes differ")
     settings = dict(record["vectorizer"])
     settings["ngram_range"] = tuple(settings["ngram_range"])
