@@ -51,6 +51,19 @@ def _int_list(text: str, flag: str) -> list[int]:
     return values
 
 
+def tfidf_settings(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["lead_chars=600", ...]`` -> ``{"lead_chars": 600}`` (values read as YAML scalars)."""
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise BenchmarkArgError(f"--tfidf: expected KEY=VALUE such as lead_chars=600, got {pair!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
 def parse_synthetic(text: str) -> tuple[int, int]:
     """``"100000x50000"`` -> (documents, labels)."""
     parts = text.lower().replace(",", "").split("x")
@@ -85,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-models", action="store_true")
     p.add_argument("--pipeline-override", action="append", default=[], metavar="KEY=VALUE",
                    help="Hydra override for ours-pipeline (repeatable), e.g. matcher=tiny_bert")
+    p.add_argument("--tfidf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a TF-IDF setting of --dataset's features (repeatable), e.g. lead_chars=600")
     p.add_argument("--tag", default="", help="suffix of the result files: <out>/<problem>-<tag>.md/.json")
     syn = p.add_argument_group("synthetic problems")
     syn.add_argument("--n-test", type=int, default=2000)
@@ -122,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             problem = prepare_synthetic(replace(base, n_train=n_docs, n_labels=n_labels), args.work,
                                         args.rebuild_data)
         else:
-            problem = prepare_dataset(args.dataset, args.work, args.eval_split, args.max_docs, args.rebuild_data)
+            problem = prepare_dataset(args.dataset, args.work, args.eval_split, args.max_docs, args.rebuild_data,
+                                      tfidf=tfidf_settings(args.tfidf))
     except SyntheticError as exc:
         raise BenchmarkArgError(str(exc)) from exc
     result = benchmark(problem, systems, args.repeats or 3, settings, args.work, args.reference)

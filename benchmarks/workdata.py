@@ -76,9 +76,15 @@ def _read(folder: Path) -> Problem:
 
 
 def prepare_dataset(name: str, work_root: Path, eval_split: str | None = None,
-                    max_docs: int | None = None, rebuild: bool = False) -> Problem:
-    """Load ``name`` with the data layer, build its TF-IDF once, write the npz pairs."""
-    suffix = f"-max{max_docs}" if max_docs else ""
+                    max_docs: int | None = None, rebuild: bool = False,
+                    tfidf: dict[str, Any] | None = None) -> Problem:
+    """Load ``name`` with the data layer, build its TF-IDF once (``TfidfConfig`` defaults, or those
+    with the ``tfidf`` settings changed), write the npz pairs."""
+    from xtransformer.data.tfidf import TfidfConfig
+    from xtransformer.utils.io import settings_key
+
+    cfg = TfidfConfig.from_mapping(tfidf or {})
+    suffix = (f"-max{max_docs}" if max_docs else "") + (f"-tfidf{settings_key(cfg.training_settings())[:8]}" if tfidf else "")
     folder = work_root.resolve() / f"{Path(name).name}{suffix}" / "data"
     if is_complete(folder) and not rebuild:
         problem = _read(folder)
@@ -87,11 +93,11 @@ def prepare_dataset(name: str, work_root: Path, eval_split: str | None = None,
     from xtransformer.data import load_dataset, tfidf_features
 
     ds = load_dataset(name, max_docs=max_docs, **({"eval_split": eval_split} if eval_split else {}))
-    X = tfidf_features(ds)
+    X = tfidf_features(ds, cfg)
     mats = {split: (X[split], ds.splits[split].Y) for split in ds.splits}
     source = {"dataset": ds.name, "root": str(ds.root), "source_key": ds.source_key,
               "dev_carved_from_train": ds.dev_carved_from_train, "max_docs": max_docs,
-              "tfidf": "xtransformer TfidfConfig defaults"}
+              "tfidf": cfg.training_settings() if tfidf else "xtransformer TfidfConfig defaults"}
     return _write(folder, ds.name + suffix, "train", ds.eval_split, mats, source)
 
 

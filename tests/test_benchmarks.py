@@ -17,7 +17,7 @@ from benchmarks import report  # noqa: E402
 from benchmarks.harness import benchmark  # noqa: E402
 from benchmarks.measure import RunRecord, RunSettings, run_once  # noqa: E402
 from benchmarks.phases import topk_csr, vm_hwm_mb  # noqa: E402
-from benchmarks.run import BenchmarkArgError, main, parse_synthetic  # noqa: E402
+from benchmarks.run import BenchmarkArgError, main, parse_synthetic, tfidf_settings  # noqa: E402
 from benchmarks.synthetic import SyntheticError, SyntheticSpec, generate  # noqa: E402
 from benchmarks.systems import REGISTRY, SystemSetupError, SystemSpec, get_systems  # noqa: E402
 from benchmarks.workdata import prepare_dataset, prepare_synthetic  # noqa: E402
@@ -89,6 +89,13 @@ def test_prepare_dataset_from_standard_text_layout(tmp_path: Path) -> None:
     assert problem.info["n_labels"] == 3
     again = prepare_dataset(str(folder), tmp_path / "work")  # reused, not rebuilt
     assert again.data_dir == problem.data_dir
+    # --tfidf lead_chars=6: the lead block's columns beside the body's, in a problem folder of its own
+    lead = prepare_dataset(str(folder), tmp_path / "work", tfidf=tfidf_settings(["lead_chars=6", "min_df=1"]))
+    body = prepare_dataset(str(folder), tmp_path / "work", tfidf={"min_df": 1})
+    assert lead.data_dir != body.data_dir != problem.data_dir
+    assert lead.X("train").shape[1] > body.X("train").shape[1] and lead.info["source"]["tfidf"]["lead_chars"] == 6
+    with pytest.raises(BenchmarkArgError, match="--tfidf"):
+        tfidf_settings(["lead_chars"])
 
 
 def test_run_once_scores_popular_baseline_with_our_metrics(tmp_path: Path) -> None:
