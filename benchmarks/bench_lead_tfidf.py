@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(rows[-1]), flush=True)
     for chars in CHARS:
         lead = LeadTfidf(body, _vectorizer(s.tfidf), chars, 1.0)
-        L = {"train": lead.lead.fit_transform(lead._leads(train.texts)), "eval": lead.lead.transform(lead._leads(ev.texts))}
+        L = {"train": lead.lead.fit_transform(lead.leads(train.texts)), "eval": lead.lead.transform(lead.leads(ev.texts))}
         for w in WEIGHTS:
             lead.weight = w
-            features[chars, w] = {k: lead._stack(B[k], L[k]) for k in B}
+            features[chars, w] = {k: lead.stack(B[k], L[k]) for k in B}
             rows.append({"lead_chars": chars, "lead_weight": w, "n_features": features[chars, w]["train"].shape[1],
                          "holdout": xrlinear(features[chars, w], fit, "held")})
             print(json.dumps(rows[-1]), flush=True)

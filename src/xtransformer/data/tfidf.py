@@ -99,15 +99,15 @@ class LeadTfidf:
         return len(self.body.vocabulary_) + len(self.lead.vocabulary_)
 
     def fit_transform(self, texts: list[str]) -> sp.csr_matrix:
-        return self._stack(self.body.fit_transform(texts), self.lead.fit_transform(self._leads(texts)))
+        return self.stack(self.body.fit_transform(texts), self.lead.fit_transform(self.leads(texts)))
 
     def transform(self, texts: list[str]) -> sp.csr_matrix:
-        return self._stack(self.body.transform(texts), self.lead.transform(self._leads(texts)))
+        return self.stack(self.body.transform(texts), self.lead.transform(self.leads(texts)))
 
-    def _leads(self, texts: list[str]) -> list[str]:
+    def leads(self, texts: list[str]) -> list[str]:
         return [t[: self.chars] for t in texts]
 
-    def _stack(self, body: sp.spmatrix, lead: sp.spmatrix) -> sp.csr_matrix:
+    def stack(self, body: sp.spmatrix, lead: sp.spmatrix) -> sp.csr_matrix:
         both = sp.hstack([body, lead * self.weight], format="csr", dtype=body.dtype)
         return normalize(both, norm="l2", copy=False).tocsr()
 

@@ -34,12 +34,14 @@ def save_tfidf(vectorizer: Any | None, folder: Path, n_features: int) -> None:
     if vectorizer is None:
         save_json({"input": "features", "n_features": int(n_features), "normalize": "l2"}, folder / SETTINGS)
         return
-    lead = getattr(vectorizer, "lead", None)
+    from xtransformer.data.tfidf import LeadTfidf
+
+    with_lead = isinstance(vectorizer, LeadTfidf)
     record = {"input": "text", "n_features": int(n_features),
-              **_save_vectorizer(vectorizer.body if lead is not None else vectorizer, folder)}
-    if lead is not None:
+              **_save_vectorizer(vectorizer.body if with_lead else vectorizer, folder)}
+    if with_lead:
         record["lead"] = {"chars": vectorizer.chars, "weight": vectorizer.weight, "dir": LEAD_DIR,
-                          **_save_vectorizer(lead, folder / LEAD_DIR)}
+                          **_save_vectorizer(vectorizer.lead, folder / LEAD_DIR)}
     save_json(record, folder / SETTINGS)
 
 
