@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     from xtransformer.indexing.chain import ClusterChain
     from xtransformer.metrics import evaluate
     from xtransformer.pipeline.stages import train_final, tree_model
-    from xtransformer.ranker import HierarchicalLinear
+    from xtransformer.ranker import HierarchicalLinear, LinearForest, load_tree_model
     from xtransformer.xrtransformer.model import final_features
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -59,17 +59,17 @@ def main(argv: list[str] | None = None) -> None:
     Y = train.Y.tocsr()
     chain = ClusterChain.load(stage_folder(args.cache_dir, "indexing") / "chain", ds.vocab.ids)
 
-    def xrt_holdout() -> HierarchicalLinear:
+    def xrt_holdout() -> HierarchicalLinear | LinearForest:
         return train_final(fcfg, F["train"][fit], Y[fit], ds.vocab.ids, chain.subsample(s.xrtransformer.nr_splits),
                            s.indexing.merge)[0]
 
-    def xrl_holdout() -> HierarchicalLinear:
+    def xrl_holdout() -> HierarchicalLinear | LinearForest:
         x = s.xrlinear
-        return tree_model(x.indexing, x.nr_splits, x.model, X["train"][fit], Y[fit], ds.vocab.ids)[0]
+        return tree_model(x.indexing, x.nr_splits, x.model, X["train"][fit], Y[fit], ds.vocab.ids, x.n_trees)[0]
 
     models = {  # name -> (features, eval-split model of the run, held-out model builder)
-        "xrtransformer": ("F", HierarchicalLinear.load(stage_folder(args.cache_dir, "xrfinal") / "model"), xrt_holdout),
-        "xrlinear": ("X", HierarchicalLinear.load(stage_folder(args.cache_dir, "xrlinear") / "model"), xrl_holdout),
+        "xrtransformer": ("F", load_tree_model(stage_folder(args.cache_dir, "xrfinal") / "model"), xrt_holdout),
+        "xrlinear": ("X", load_tree_model(stage_folder(args.cache_dir, "xrlinear") / "model"), xrl_holdout),
     }
     rows = []
     for name, (kind, run_model, build) in models.items():

@@ -281,6 +281,11 @@ def test_pipeline_xrlinear_lambda_keys_and_index_section(tmp_path):
     assert mean["stages"]["ran"] == ["xrlinear"]
     with pytest.raises(IndexingError, match=r"xrlinear.indexing.n_copies=99 is above the number of leaf clusters"):
         run(_compose([*base, "xrlinear.indexing.n_copies=99"], tmp_path))
+    # a forest of trees is a new model (its own key) and what the run's model folder ships
+    forest = run(_compose([*base, "xrlinear.n_trees=2"], tmp_path))
+    assert forest["stages"]["ran"] == ["xrlinear"] and forest["settings"]["train"]["xrlinear"]["n_trees"] == 2
+    ranker = tmp_path / "run" / "model" / "xrlinear" / "ranker"
+    assert (ranker / "tree_0" / "model.json").is_file() and (ranker / "tree_1" / "model.json").is_file()
 
 
 @pytest.mark.slow

@@ -3,11 +3,12 @@
 Component layout of a method folder (``manifest.json`` ``components`` names the kind)::
 
     kind                 components
-    xrlinear             tfidf/ + ranker/ (HierarchicalLinear on tfidf)
+    xrlinear             tfidf/ + ranker/ (HierarchicalLinear on tfidf, or a LinearForest of them:
+                         tree_0/, tree_1/, ...)
     xtransformer         tfidf/ + matcher/ (encoder + cluster head) + ranker/ (LinearRanker on the
                          matcher's shortlist, tfidf or tfidf+neural) + label_tree/
     xrtransformer        tfidf/ + encoder/ (pooling, max_length, truncate_chars, normalisation) +
-                         ranker/ (HierarchicalLinear on concat_features(tfidf, embeddings))
+                         ranker/ (HierarchicalLinear or LinearForest on concat_features(tfidf, embeddings))
     ensemble             members (relative paths of sibling method folders) + a score combination
 
 Every predictor maps texts (or, for text-free kinds, TF-IDF rows) to a csr ``N x L`` of top-k
@@ -47,10 +48,10 @@ class XRLinearPredictor:
     needs_text = False
 
     def __init__(self, folder: Path, components: dict[str, Any]):
-        from xtransformer.ranker.hierarchical import HierarchicalLinear
+        from xtransformer.ranker.forest import load_tree_model
 
         self.tfidf = TfidfFeatures(folder / TFIDF_DIR)
-        self.model = HierarchicalLinear.load(folder / RANKER_DIR)
+        self.model = load_tree_model(folder / RANKER_DIR)
         self.base_config = self.model.config
 
     def predict_features(self, X: sp.csr_matrix, settings: dict[str, Any]) -> sp.csr_matrix:
@@ -61,20 +62,20 @@ class XRLinearPredictor:
 
 
 class _NeuralPredictor:
-    """TF-IDF + a fine-tuned matcher folder + a linear model of ``ranker_cls``; the encoder runs
+    """TF-IDF + a fine-tuned matcher folder + the linear model ``load_ranker`` reads; the encoder runs
     through ``predict_matcher``, exactly as the run embedded its eval split."""
 
     needs_text = True
 
     @staticmethod
-    def ranker_cls() -> Any:  # imported on use: loading a linear-only model must not import torch
+    def load_ranker(path: Path) -> Any:  # imported on use: loading a linear-only model must not import torch
         raise NotImplementedError
 
     def __init__(self, folder: Path, components: dict[str, Any]):
         from xtransformer.matcher.inference import load_matcher_model
 
         self.tfidf = TfidfFeatures(folder / TFIDF_DIR)
-        self.model = self.ranker_cls().load(folder / RANKER_DIR)
+        self.model = self.load_ranker(folder / RANKER_DIR)
         self.base_config = self.model.config
         self.features = components["features"]
         self.matcher = load_matcher_model(folder / MATCHER_DIR, device="cpu")
@@ -93,10 +94,10 @@ class XTransformerPredictor(_NeuralPredictor):
     """TF-IDF + fine-tuned matcher (top-b clusters, embeddings) -> LinearRanker over the shortlist."""
 
     @staticmethod
-    def ranker_cls() -> Any:
+    def load_ranker(path: Path) -> Any:
         from xtransformer.ranker.linear import LinearRanker
 
-        return LinearRanker
+        return LinearRanker.load(path)
 
     def predict(self, texts: Sequence[str], settings: dict[str, Any]) -> sp.csr_matrix:
         from xtransformer.ranker.features import concat_features
@@ -111,10 +112,10 @@ class XRTransformerPredictor(_NeuralPredictor):
     optionally combined with the label-level head (``combine_head``), as the run predicted."""
 
     @staticmethod
-    def ranker_cls() -> Any:
-        from xtransformer.ranker.hierarchical import HierarchicalLinear
+    def load_ranker(path: Path) -> Any:
+        from xtransformer.ranker.forest import load_tree_model
 
-        return HierarchicalLinear
+        return load_tree_model(path)
 
     def predict(self, texts: Sequence[str], settings: dict[str, Any]) -> sp.csr_matrix:
         from xtransformer.xrtransformer.model import combine_with_head, final_features

@@ -42,11 +42,15 @@ class XRLinearConfig(Settings):
     # synthetic benchmark: 9.1M -> 1.6M nonzeros) without a better tree
     indexing: IndexingConfig = field(default_factory=lambda: IndexingConfig(max_leaf_size=100, orphan_fallback="none"))
     nr_splits: int = 16  # branching of the tree as the model sees it (ClusterChain.subsample)
+    # > 1: as many trees (k-means seeded indexing.seed + i), one model each, scores averaged (LinearForest)
+    n_trees: int = 1
     model: HierarchicalLinearConfig = field(default_factory=HierarchicalLinearConfig)
 
     def check(self) -> None:
         if self.nr_splits < 2:
             raise self.bad("nr_splits", "must be an int >= 2")
+        if self.n_trees < 1:
+            raise self.bad("n_trees", "must be an int >= 1")
 
 
 @dataclass

@@ -8,6 +8,7 @@ the ranker, and a rerun of the same configuration reuses everything.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any, Callable
@@ -25,7 +26,7 @@ from xtransformer.matcher import MatcherConfig, MatcherOutputs, topb_recall, tra
 from xtransformer.matcher.train import tiny_corpus
 from xtransformer.pipeline.keys import StageKeys
 from xtransformer.pipeline.settings import RunSettings
-from xtransformer.ranker import HierarchicalLinear, LinearRanker, ranker_features, train_ranker
+from xtransformer.ranker import HierarchicalLinear, LinearForest, LinearRanker, load_tree_model, ranker_features, train_ranker
 from xtransformer.ranker.negatives import binarize
 from xtransformer.utils.io import load_json, save_json
 from xtransformer.xrtransformer import XRTransformerConfig, XRTransformerConfigError
@@ -138,31 +139,42 @@ def predict(model: LinearRanker, X: dict[str, sp.csr_matrix], mout: MatcherOutpu
 
 # ------------------------------------------------------------------------------------ TF-IDF-only path
 def xrlinear(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], s: RunSettings,
-             keys: StageKeys) -> HierarchicalLinear:
+             keys: StageKeys) -> HierarchicalLinear | LinearForest:
     """The TF-IDF-only hierarchical linear model on its own PIFA tree (PECOS XR-Linear's recipe)."""
     xcfg, icfg, nr_splits = s.xrlinear.model, s.xrlinear.indexing, s.xrlinear.nr_splits
 
     def build(tmp: Path) -> None:
-        model, report = tree_model(icfg, nr_splits, xcfg, X["train"], ds.splits["train"].Y, ds.vocab.ids)
+        model, report = tree_model(icfg, nr_splits, xcfg, X["train"], ds.splits["train"].Y, ds.vocab.ids,
+                                   s.xrlinear.n_trees)
         save_json(report, tmp / "index_report.json")
         model.save(tmp / "model")
 
     folder = cache.run("xrlinear", keys.xrlinear, build, settings=s.xrlinear.training_settings())
-    model = HierarchicalLinear.load(folder / "model")
+    model = load_tree_model(folder / "model")
     model.config = xcfg
     return model
 
 
 def tree_model(icfg: IndexingConfig, nr_splits: int, mcfg: Any, feats: sp.csr_matrix, Y: sp.csr_matrix,
-               label_ids: Any) -> tuple[HierarchicalLinear, dict[str, Any]]:
+               label_ids: Any, n_trees: int = 1) -> tuple[HierarchicalLinear | LinearForest, dict[str, Any]]:
     """PIFA tree on ``feats`` (seen ``nr_splits``-way) and the hierarchical linear model over it; with
     ``icfg.n_copies > 1`` the tree's overlap is learned first (train on the partition, count where its
-    search sends each label, retrain). Returns the model and the indexing report."""
-    chain, report = build_index(icfg, Y, X_train_tfidf=feats, label_ids=label_ids)
-    chain = chain.subsample(nr_splits)
-    if icfg.n_copies > 1:
-        chain, report["disentangle"] = learn_overlap(chain, feats, Y, icfg, mcfg)
-    return HierarchicalLinear.train(feats, Y, list(chain), mcfg, merge=icfg.merge), report
+    search sends each label, retrain). ``n_trees > 1``: as many trees, k-means seeded ``icfg.seed + i``,
+    one model each, averaged (a :class:`LinearForest`). Returns the model and the indexing report."""
+    models, reports = [], []
+    for i in range(n_trees):
+        tcfg = dataclasses.replace(icfg, seed=icfg.seed + i) if i else icfg
+        chain, report = build_index(tcfg, Y, X_train_tfidf=feats, label_ids=label_ids)
+        chain = chain.subsample(nr_splits)
+        if tcfg.n_copies > 1:
+            chain, report["disentangle"] = learn_overlap(chain, feats, Y, tcfg, mcfg)
+        models.append(HierarchicalLinear.train(feats, Y, list(chain), mcfg, merge=tcfg.merge))
+        reports.append(report)
+        if n_trees > 1:
+            log.info("tree %d of %d trained", i + 1, n_trees)
+    if n_trees == 1:
+        return models[0], reports[0]
+    return LinearForest(models), {**reports[0], "trees": reports}
 
 
 # ------------------------------------------------------------------------------------ XR-Transformer
@@ -187,7 +199,7 @@ def xr_plan(n_labels: int, icfg: IndexingConfig, xcfg: XRTransformerConfig, mcfg
 
 
 def xrtransformer(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], chain: ClusterChain,
-                  s: RunSettings, keys: StageKeys, loggers: list[Any]) -> tuple[HierarchicalLinear | None, Any]:
+                  s: RunSettings, keys: StageKeys, loggers: list[Any]) -> tuple[HierarchicalLinear | LinearForest | None, Any]:
     """Fine-tune the encoder level by level, embed every split, train the final linear tree model
     on TF-IDF ⊕ embeddings. Returns ``(final model, fine-tuning result)``; ranks > 0 get no model."""
     from xtransformer.utils.dist import is_rank_zero
@@ -214,22 +226,22 @@ def xrtransformer(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix]
         model.save(tmp / "model")
 
     folder = cache.run("xrfinal", keys.xrfinal, build, settings=fcfg.training_settings())
-    model = HierarchicalLinear.load(folder / "model")
+    model = load_tree_model(folder / "model")
     model.config = fcfg.model  # prediction-time options (beam, top-k, post-processor) come from this run
     return model, tuned
 
 
 def train_final(fcfg: Any, feats: sp.csr_matrix, Y: sp.csr_matrix, label_ids: Any, tree: ClusterChain,
-                merge: str) -> tuple[HierarchicalLinear, dict[str, Any] | None]:
+                merge: str) -> tuple[HierarchicalLinear | LinearForest, dict[str, Any] | None]:
     """XR-Transformer's final linear model on its final features (``fcfg``: ``xrtransformer.final``),
     over the fine-tuning ``tree`` or a tree re-clustered on the features; the re-clustering's report."""
     if fcfg.tree == "recluster":  # PIFA on the final features, as PECOS's refined indexer
-        return tree_model(fcfg.indexing, fcfg.nr_splits, fcfg.model, feats, Y, label_ids)
+        return tree_model(fcfg.indexing, fcfg.nr_splits, fcfg.model, feats, Y, label_ids, fcfg.n_trees)
     # "same" keeps the fine-tuning tree, its copies included
     return HierarchicalLinear.train(feats, Y, list(tree), fcfg.model, merge=merge), None
 
 
-def predict_xrtransformer(model: HierarchicalLinear, xcfg: XRTransformerConfig, X: dict[str, sp.csr_matrix],
+def predict_xrtransformer(model: HierarchicalLinear | LinearForest, xcfg: XRTransformerConfig, X: dict[str, sp.csr_matrix],
                           tuned: Any, split: str) -> sp.csr_matrix:
     from xtransformer.xrtransformer.model import combine_with_head, final_features
 

@@ -38,6 +38,8 @@ class FinalModelConfig(Settings):
     features: str = "tfidf+neural"  # tfidf+neural | neural (ablation: embeddings alone)
     tree: str = "recluster"  # recluster: PIFA on the final features; same: the fine-tuning tree
     nr_splits: int = 16  # branching of the re-clustered tree as the linear model sees it
+    # > 1: as many re-clustered trees (k-means seeded indexing.seed + i), one model each, averaged
+    n_trees: int = 1
     indexing: IndexingConfig = field(default_factory=lambda: IndexingConfig(max_leaf_size=100))
     # PECOS's final model: matcher-aware negatives from the model's own beam, light pruning; at
     # prediction the label rankers outweigh the path above them (matcher_weight 0.2, README)
@@ -55,6 +57,10 @@ class FinalModelConfig(Settings):
             _choice(self, "combine_head", HEAD_COMBINATIONS)
         if self.nr_splits < 2:
             raise self.bad("nr_splits", "must be an int >= 2")
+        if self.n_trees < 1:
+            raise self.bad("n_trees", "must be an int >= 1")
+        if self.n_trees > 1 and self.tree != "recluster":
+            raise self.bad("n_trees", "needs tree: recluster (every tree of `same` is the fine-tuning tree)")
         if self.model.features != "tfidf+neural" and self.features == "tfidf+neural":
             raise self.bad("model.features", f"is {self.model.features!r}, but the final model reads "
                                              "TF-IDF ⊕ embeddings: set it to 'tfidf+neural'")

@@ -1,0 +1,122 @@
+"""XR-Linear's negatives, weight pruning, number of trees and label weighting for the EURLEX57K
+experiment, chosen on held-out training documents.
+
+    python benchmarks/bench_xrlinear_settings.py --cache-dir CACHE   # CACHE: the stage cache of `python train.py experiment=eurlex57k_xr`
+
+XR-Linear (``stages.tree_model``, the run's tree and solver otherwise) is trained on all but
+``--holdout`` random training documents of the run's TF-IDF and scores those: first one tree for
+each of ``xrlinear.model.negatives`` tfn / tfn+man × ``xrlinear.model.threshold`` 0.1 / 0.01
+(PECOS's recipe is tfn, 0.1; XR-Transformer's final model already uses tfn+man, 0.01), then the
+best of them by held-out P@1 + P@3 + P@5 with ``xrlinear.n_trees`` 3 and 5 (trees seeded 0, 1, ...,
+the first the single tree's; a forest scores the mean of its trees, so the forests are read off the
+same five trees), each also with ``xrlinear.model.matcher_weight`` 0.75 / 0.5 / 0.2 below PECOS's
+1 (prediction only: the same trees). Best of all rows by held-out P@1 + P@3 + P@5. The check
+(skipped with ``--no-check``: the run of the selected settings gives it) trains PECOS's recipe and the selection on all training documents and
+scores the eval split (nothing is chosen on it). Prints the table and writes
+``benchmarks/results/xrlinear-settings-<tag>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_matcher_weight import save_selection  # noqa: E402
+from bench_xr_budget import settings, stage_folder  # noqa: E402
+
+SOLVERS = (("tfn", 0.1), ("tfn", 0.01), ("tfn+man", 0.1), ("tfn+man", 0.01))
+TREES = (1, 3, 5)
+WEIGHTS = (1.0, 0.75, 0.5, 0.2)
+METRICS = ("P@1", "P@3", "P@5", "nDCG@5")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from xtransformer.data import load_dataset
+    from xtransformer.metrics import evaluate
+    from xtransformer.pipeline.stages import tree_model
+    from xtransformer.ranker import LinearForest
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cache-dir", type=Path, required=True, help="stage cache of an eurlex57k_xr run (its TF-IDF)")
+    ap.add_argument("--holdout", type=int, default=5000, help="random training documents held out for the selection")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tag", default="eurlex57k")
+    ap.add_argument("--no-check", dest="check", action="store_false", help="skip the eval-split check")
+    args = ap.parse_args(argv)
+
+    s = settings([])  # experiment=eurlex57k_xr, as bench_xr_budget.py
+    ds = load_dataset(s.data)
+    train, ev = ds.splits["train"], ds.splits[ds.eval_split]
+    tfidf = stage_folder(args.cache_dir, "tfidf")
+    X = {n: sp.load_npz(tfidf / f"X.{n}.npz").tocsr() for n in ("train", ds.eval_split)}
+    perm = np.random.default_rng(args.seed).permutation(train.Y.shape[0])
+    fit, held = np.sort(perm[args.holdout:]), np.sort(perm[: args.holdout])
+    Y = train.Y.tocsr()
+    x = s.xrlinear
+
+    def trees(negatives: str, threshold: float, rows: np.ndarray, n: int, first: int = 0) -> list:
+        mcfg = dataclasses.replace(x.model, negatives=negatives, threshold=threshold)
+        icfg = dataclasses.replace(x.indexing, seed=x.indexing.seed + first)
+        t0 = time.perf_counter()
+        model = tree_model(icfg, x.nr_splits, mcfg, X["train"][rows], Y[rows], ds.vocab.ids, n)[0]
+        print(f"{negatives}, {threshold}: {n} tree(s) on {len(rows)} documents in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+        return model.trees if isinstance(model, LinearForest) else [model]
+
+    def scores(models: list, on: str, w: float = 1.0) -> dict:
+        model = models[0] if len(models) == 1 else LinearForest(models)
+        got = evaluate(Y[held], model.predict(X["train"][held], matcher_weight=w)) if on == "held" else \
+            evaluate(ev.Y, model.predict(X[ds.eval_split], matcher_weight=w))
+        return {m: round(got[m], 2) for m in METRICS}
+
+    def total(r: dict) -> float:
+        return r["holdout"]["P@1"] + r["holdout"]["P@3"] + r["holdout"]["P@5"]
+
+    rows, grown = [], {}
+    for neg, thr in SOLVERS:
+        grown[neg, thr] = trees(neg, thr, fit, 1)
+        rows.append({"negatives": neg, "threshold": thr, "n_trees": 1, "matcher_weight": 1.0,
+                     "holdout": scores(grown[neg, thr], "held")})
+        print(json.dumps(rows[-1]), flush=True)
+    solver = max(rows, key=total)
+    neg, thr = solver["negatives"], solver["threshold"]
+    grown[neg, thr] += trees(neg, thr, fit, max(TREES) - 1, first=1)
+    for n in TREES[1:]:
+        rows.append({"negatives": neg, "threshold": thr, "n_trees": n, "matcher_weight": 1.0,
+                     "holdout": scores(grown[neg, thr][:n], "held")})
+        print(json.dumps(rows[-1]), flush=True)
+    for n in TREES:  # the label weighting is prediction only: every forest at every weight
+        for w in WEIGHTS[1:]:
+            rows.append({"negatives": neg, "threshold": thr, "n_trees": n, "matcher_weight": w,
+                         "holdout": scores(grown[neg, thr][:n], "held", w)})
+            print(json.dumps(rows[-1]), flush=True)
+    best = max(rows, key=total)
+    everything = np.arange(Y.shape[0])
+    for r in (rows[0], best) if args.check else ():  # PECOS's recipe and the selection, on all training documents
+        r[ds.eval_split] = scores(trees(r["negatives"], r["threshold"], everything, r["n_trees"]), "eval",
+                                  r["matcher_weight"])
+        print(json.dumps(r), flush=True)
+    lines = [f"held out: {args.holdout} random training documents (seed {args.seed}); XR-Linear on "
+             f"experiment=eurlex57k_xr's TF-IDF and tree; best by held-out P@1 + P@3 + P@5: negatives "
+             f"{best['negatives']}, threshold {best['threshold']}, n_trees {best['n_trees']}, matcher_weight "
+             f"{best['matcher_weight']}", "",
+             f"| negatives | threshold | n_trees | matcher_weight | held-out P@1 | P@3 | P@5 | {ds.eval_split} P@1 | P@3 | "
+             "P@5 | nDCG@5 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        h, e = r["holdout"], r.get(ds.eval_split)
+        tail = f"{e['P@1']:.2f} | {e['P@3']:.2f} | {e['P@5']:.2f} | {e['nDCG@5']:.2f}" if e else "– | – | – | –"
+        lines.append(f"| {r['negatives']} | {r['threshold']} | {r['n_trees']} | {r['matcher_weight']} | "
+                     f"{h['P@1']:.2f} | {h['P@3']:.2f} | {h['P@5']:.2f} | {tail} |")
+    save_selection(f"xrlinear-settings-{args.tag}", best, rows, lines)
+
+
+if __name__ == "__main__":
+    main()
