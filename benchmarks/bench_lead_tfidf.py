@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_matcher_weight import save_selection  # noqa: E402
+from bench_matcher_weight import save_selection, score_cells  # noqa: E402
 from bench_xr_budget import settings  # noqa: E402
 
 CHARS = (300, 600, 1200)
@@ -80,11 +80,8 @@ def main(argv: list[str] | None = None) -> None:
              f"{best['lead_chars']}, lead_weight {best['lead_weight']}", "",
              f"| lead_chars | lead_weight | held-out P@1 | P@3 | P@5 | {ds.eval_split} P@1 | P@3 | P@5 | nDCG@5 |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        h, e = r["holdout"], r.get(ds.eval_split)
-        tail = f"{e['P@1']:.2f} | {e['P@3']:.2f} | {e['P@5']:.2f} | {e['nDCG@5']:.2f}" if e else "– | – | – | –"
-        lines.append(f"| {r['lead_chars'] or 'none'} | {r['lead_weight'] if r['lead_chars'] else '–'} | "
-                     f"{h['P@1']:.2f} | {h['P@3']:.2f} | {h['P@5']:.2f} | {tail} |")
+    lines += [f"| {r['lead_chars'] or 'none'} | {r['lead_weight'] if r['lead_chars'] else '–'} | "
+              f"{score_cells(r, ds.eval_split)} |" for r in rows]
     save_selection(f"lead-tfidf-{args.tag}", best, rows, lines)
 
 

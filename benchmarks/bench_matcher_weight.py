@@ -32,31 +32,18 @@ METRICS = ("P@1", "P@3", "P@5", "nDCG@5")
 
 
 def main(argv: list[str] | None = None) -> None:
-    from xtransformer.data import load_dataset
     from xtransformer.indexing.chain import ClusterChain
     from xtransformer.metrics import evaluate
     from xtransformer.pipeline.stages import train_final, tree_model
     from xtransformer.ranker import HierarchicalLinear, LinearForest, load_tree_model
     from xtransformer.xrtransformer.model import final_features
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cache-dir", type=Path, required=True, help="stage cache of a finished eurlex57k_xr run")
-    ap.add_argument("--holdout", type=int, default=5000, help="random training documents held out for the selection")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tag", default="eurlex57k")
-    args = ap.parse_args(argv)
-
-    s = settings([])  # experiment=eurlex57k_xr, as bench_xr_budget.py
-    ds = load_dataset(s.data)
-    train, ev = ds.splits["train"], ds.splits[ds.eval_split]
-    tfidf = stage_folder(args.cache_dir, "tfidf")
-    X = {n: sp.load_npz(tfidf / f"X.{n}.npz").tocsr() for n in ("train", ds.eval_split)}
+    args = selection_parser(__doc__, "stage cache of a finished eurlex57k_xr run").parse_args(argv)
+    s, ds, X, Y, fit, held = holdout_problem(args)
+    ev = ds.splits[ds.eval_split]
     emb = stage_folder(args.cache_dir, "xrembed") / "embeddings"
     fcfg = s.xrtransformer.final
     F = {n: final_features(fcfg.features, X[n], np.load(emb / f"{n}.npy"), fcfg.model.neural_weight) for n in X}
-    perm = np.random.default_rng(args.seed).permutation(train.Y.shape[0])
-    fit, held = np.sort(perm[args.holdout:]), np.sort(perm[: args.holdout])
-    Y = train.Y.tocsr()
     chain = ClusterChain.load(stage_folder(args.cache_dir, "indexing") / "chain", ds.vocab.ids)
 
     def xrt_holdout() -> HierarchicalLinear | LinearForest:
@@ -90,11 +77,39 @@ def main(argv: list[str] | None = None) -> None:
              f"best on the held-out documents by P@1 + P@3 + P@5: {best}", "",
              f"| model | matcher_weight | held-out P@1 | P@3 | P@5 | {ds.eval_split} P@1 | P@3 | P@5 | nDCG@5 |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        h, e = r["holdout"], r[ds.eval_split]
-        lines.append(f"| {r['model']} | {r['matcher_weight']} | {h['P@1']:.2f} | {h['P@3']:.2f} | {h['P@5']:.2f} | "
-                     f"{e['P@1']:.2f} | {e['P@3']:.2f} | {e['P@5']:.2f} | {e['nDCG@5']:.2f} |")
+    lines += [f"| {r['model']} | {r['matcher_weight']} | {score_cells(r, ds.eval_split)} |" for r in rows]
     save_selection(f"matcher-weight-{args.tag}", best, rows, lines)
+
+
+def selection_parser(doc: str, cache_help: str) -> argparse.ArgumentParser:
+    """The options every held-out selection on a run's stage cache takes."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--cache-dir", type=Path, required=True, help=cache_help)
+    ap.add_argument("--holdout", type=int, default=5000, help="random training documents held out for the selection")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tag", default="eurlex57k")
+    return ap
+
+
+def holdout_problem(args: argparse.Namespace) -> tuple:
+    """experiment=eurlex57k_xr's settings and data, the run's cached TF-IDF of train and the eval
+    split, the training labels, and the rows fitted on / held out (``args.holdout`` random ones)."""
+    from xtransformer.data import load_dataset
+
+    s = settings([])  # experiment=eurlex57k_xr, as bench_xr_budget.py
+    ds = load_dataset(s.data)
+    tfidf = stage_folder(args.cache_dir, "tfidf")
+    X = {n: sp.load_npz(tfidf / f"X.{n}.npz").tocsr() for n in ("train", ds.eval_split)}
+    Y = ds.splits["train"].Y.tocsr()
+    perm = np.random.default_rng(args.seed).permutation(Y.shape[0])
+    return s, ds, X, Y, np.sort(perm[args.holdout:]), np.sort(perm[: args.holdout])
+
+
+def score_cells(r: dict, split: str) -> str:
+    """A selection row's held-out P@1 / P@3 / P@5 and eval-split P@1 / P@3 / P@5 / nDCG@5 cells."""
+    h, e = r["holdout"], r.get(split)
+    tail = f"{e['P@1']:.2f} | {e['P@3']:.2f} | {e['P@5']:.2f} | {e['nDCG@5']:.2f}" if e else "– | – | – | –"
+    return f"{h['P@1']:.2f} | {h['P@3']:.2f} | {h['P@5']:.2f} | {tail}"
 
 
 def save_selection(stem: str, best: object, rows: list[dict], lines: list[str]) -> None:

@@ -18,7 +18,6 @@ scores the eval split (nothing is chosen on it). Prints the table and writes
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -26,11 +25,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_matcher_weight import save_selection  # noqa: E402
-from bench_xr_budget import settings, stage_folder  # noqa: E402
+from bench_matcher_weight import holdout_problem, save_selection, score_cells, selection_parser  # noqa: E402
 
 SOLVERS = (("tfn", 0.1), ("tfn", 0.01), ("tfn+man", 0.1), ("tfn+man", 0.01))
 TREES = (1, 3, 5)
@@ -39,27 +36,15 @@ METRICS = ("P@1", "P@3", "P@5", "nDCG@5")
 
 
 def main(argv: list[str] | None = None) -> None:
-    from xtransformer.data import load_dataset
     from xtransformer.metrics import evaluate
     from xtransformer.pipeline.stages import tree_model
     from xtransformer.ranker import LinearForest
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cache-dir", type=Path, required=True, help="stage cache of an eurlex57k_xr run (its TF-IDF)")
-    ap.add_argument("--holdout", type=int, default=5000, help="random training documents held out for the selection")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tag", default="eurlex57k")
+    ap = selection_parser(__doc__, "stage cache of an eurlex57k_xr run (its TF-IDF)")
     ap.add_argument("--no-check", dest="check", action="store_false", help="skip the eval-split check")
     args = ap.parse_args(argv)
-
-    s = settings([])  # experiment=eurlex57k_xr, as bench_xr_budget.py
-    ds = load_dataset(s.data)
-    train, ev = ds.splits["train"], ds.splits[ds.eval_split]
-    tfidf = stage_folder(args.cache_dir, "tfidf")
-    X = {n: sp.load_npz(tfidf / f"X.{n}.npz").tocsr() for n in ("train", ds.eval_split)}
-    perm = np.random.default_rng(args.seed).permutation(train.Y.shape[0])
-    fit, held = np.sort(perm[args.holdout:]), np.sort(perm[: args.holdout])
-    Y = train.Y.tocsr()
+    s, ds, X, Y, fit, held = holdout_problem(args)
+    ev = ds.splits[ds.eval_split]
     x = s.xrlinear
 
     def trees(negatives: str, threshold: float, rows: np.ndarray, n: int, first: int = 0) -> list:
@@ -110,11 +95,8 @@ def main(argv: list[str] | None = None) -> None:
              f"{best['matcher_weight']}", "",
              f"| negatives | threshold | n_trees | matcher_weight | held-out P@1 | P@3 | P@5 | {ds.eval_split} P@1 | P@3 | "
              "P@5 | nDCG@5 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        h, e = r["holdout"], r.get(ds.eval_split)
-        tail = f"{e['P@1']:.2f} | {e['P@3']:.2f} | {e['P@5']:.2f} | {e['nDCG@5']:.2f}" if e else "– | – | – | –"
-        lines.append(f"| {r['negatives']} | {r['threshold']} | {r['n_trees']} | {r['matcher_weight']} | "
-                     f"{h['P@1']:.2f} | {h['P@3']:.2f} | {h['P@5']:.2f} | {tail} |")
+    lines += [f"| {r['negatives']} | {r['threshold']} | {r['n_trees']} | {r['matcher_weight']} | "
+              f"{score_cells(r, ds.eval_split)} |" for r in rows]
     save_selection(f"xrlinear-settings-{args.tag}", best, rows, lines)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from model_helpers import labels_record
 from xtransformer.data import load_dataset, tfidf_features
