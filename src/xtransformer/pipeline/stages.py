@@ -139,8 +139,10 @@ def predict(model: LinearRanker, X: dict[str, sp.csr_matrix], mout: MatcherOutpu
 
 # ------------------------------------------------------------------------------------ TF-IDF-only path
 def xrlinear(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], s: RunSettings,
-             keys: StageKeys) -> HierarchicalLinear | LinearForest:
-    """The TF-IDF-only hierarchical linear model on its own PIFA tree (PECOS XR-Linear's recipe)."""
+             keys: StageKeys) -> Path:
+    """The TF-IDF-only hierarchical linear model on its own PIFA tree (PECOS XR-Linear's recipe).
+    Returns its stage folder (:func:`load_xrlinear` reads the model), so that a run can let go of a
+    forest of GBs while the encoder trains and read it again for the model folder."""
     xcfg, icfg, nr_splits = s.xrlinear.model, s.xrlinear.indexing, s.xrlinear.nr_splits
 
     def build(tmp: Path) -> None:
@@ -149,9 +151,13 @@ def xrlinear(cache: StageCache, ds: XMCDataset, X: dict[str, sp.csr_matrix], s: 
         save_json(report, tmp / "index_report.json")
         model.save(tmp / "model")
 
-    folder = cache.run("xrlinear", keys.xrlinear, build, settings=s.xrlinear.training_settings())
+    return cache.run("xrlinear", keys.xrlinear, build, settings=s.xrlinear.training_settings())
+
+
+def load_xrlinear(folder: Path, s: RunSettings) -> HierarchicalLinear | LinearForest:
+    """The model of an :func:`xrlinear` stage folder, with the run's prediction settings."""
     model = load_tree_model(folder / "model")
-    model.config = xcfg
+    model.config = s.xrlinear.model
     return model
 
 
