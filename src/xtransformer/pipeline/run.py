@@ -157,6 +157,12 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
                                                  method=s.combine_with_xrlinear)
         results[both] = evaluate(ds.splits[eval_split].Y, predictions[both], inv_propensity=inv_prop)
     timings["total"] = round(time.perf_counter() - t0, 3)
+    # the model folder before metrics.json: a run folder with metrics.json is a finished run, and
+    # the peak memory below counts reading XR-Linear's model back for it
+    if "xrlinear" in models and models["xrlinear"] is None:
+        models["xrlinear"] = stages.load_xrlinear(xrlinear_dir, s)
+    save_run_models(out_dir / "model", cfg, ds, models, main, tfidf_dir,
+                    combine=s.combine_with_xrlinear if f"{main}+xrlinear" in predictions else None)
     metrics = {
         "method": method,
         "dataset": ds.name,
@@ -177,10 +183,6 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     write_run_outputs(out_dir, ds, predictions, main, eval_split, metrics)
-    if "xrlinear" in models and models["xrlinear"] is None:
-        models["xrlinear"] = stages.load_xrlinear(xrlinear_dir, s)
-    save_run_models(out_dir / "model", cfg, ds, models, main, tfidf_dir,
-                    combine=s.combine_with_xrlinear if f"{main}+xrlinear" in predictions else None)
     for name, res in results.items():
         if isinstance(res, dict) and "P@1" in res:
             log.info("%s on %s: %s", name, eval_split, format_metrics_table(res, REPORT_KEYS))
