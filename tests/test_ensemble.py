@@ -62,6 +62,17 @@ def test_single_run_average_is_identity():
     assert_rows(ensemble_predictions([A], "average"), as_dicts(A))
 
 
+def test_weights_shift_the_average():
+    # 0.75 A + 0.25 B (weights are normalised: [3, 1])
+    assert_rows(ensemble_predictions([A, B], "average", weights=[3, 1]),
+                [{0: 0.675, 1: 0.55, 3: 0.05}, {2: 0.45, 3: 0.2}])
+    equal = ensemble_predictions([A, B], "rank-average", weights=[2, 2])
+    assert_rows(equal, as_dicts(ensemble_predictions([A, B], "rank-average")))
+    for bad in ([1.0], [1, -1], [0, 0], ["x", 1], [float("nan"), 1]):
+        with pytest.raises(EnsembleError, match="weights"):
+            ensemble_predictions([A, B], "average", weights=bad)
+
+
 def test_bad_inputs():
     with pytest.raises(EnsembleError, match="shape"):
         ensemble_predictions([A, csr([{0: 1.0}])], "average")
@@ -89,6 +100,12 @@ def test_command_line_writes_predictions_and_metrics(tmp_path):
     assert (out / "label_vocab.txt").read_text().split() == vocab
     metrics = json.loads((out / "metrics" / "dev.json").read_text())
     assert metrics["P@1"] == pytest.approx(50.0)  # doc 0: label 1 on top (hit); doc 1: label 2 (miss)
+    # --weights: one per run, recorded in ensemble.json
+    assert main([str(tmp_path / "r1"), str(tmp_path / "r2"), "--weights", "3", "1", "--out", str(tmp_path / "w")]) == 0
+    assert_rows(load_csr(tmp_path / "w" / "predictions" / "dev.npz"), [{0: 0.675, 1: 0.55, 3: 0.05}, {2: 0.45, 3: 0.2}])
+    assert json.loads((tmp_path / "w" / "ensemble.json").read_text())["weights"] == [3.0, 1.0]
+    assert main([str(tmp_path / "r1"), str(tmp_path / "r2"), "--weights", "1", "--out", str(tmp_path / "w1")]) == 2
+    assert not (tmp_path / "w1").exists()
 
 
 def test_member_can_name_a_method_of_its_run(tmp_path):

@@ -39,9 +39,11 @@ def moved_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def moved_xr_run(tmp_path_factory):
-    """The same for XR-Transformer (two fine-tuned levels, then the final linear model)."""
+    """The same for XR-Transformer (two fine-tuned levels, then the final linear model), embedding
+    documents on more tokens than it fine-tuned on and combining with XR-Linear at 0.7 : 0.3."""
     return _moved_run(tmp_path_factory, [*TINY, "method=xrtransformer", "matcher.level_steps=[2,3]",
-                                         "xrtransformer.nr_splits=8", "xrtransformer.eval_docs=50"])
+                                         "xrtransformer.nr_splits=8", "xrtransformer.eval_docs=50",
+                                         "matcher.embed_max_length=48", "combine_weight=0.7"])
 
 
 def _moved_run(tmp_path_factory, overrides: list[str]) -> dict:
@@ -137,6 +139,25 @@ def test_linear_model_let_go_while_the_encoder_trains(run_name, request):
     moved = request.getfixturevalue(run_name)
     assert moved["linear_models_alive"] == [0]
     assert (moved["model"] / "xrlinear" / "manifest.json").is_file()
+
+
+@pytest.mark.slow
+def test_embedding_length_and_combination_weight_travel_with_the_folder(moved_xr_run):
+    """``matcher.embed_max_length`` and ``combine_weight`` are part of what the folder predicts with
+    (the reproduction test above shows the run embedded and combined exactly so)."""
+    from xtransformer.matcher.inference import predict_matcher
+
+    model = moved_xr_run["model"]
+    features = json.loads((model / "xrtransformer" / "manifest.json").read_text())["components"]["features"]
+    assert features["max_length"] == 48
+    both = json.loads((model / "xrtransformer+xrlinear" / "predict_settings.json").read_text())
+    assert both["weights"] == pytest.approx([0.7, 0.3])
+    # on these texts 48 tokens are not 32: the length the folder records is one that matters
+    texts = moved_xr_run["texts"].read_text(encoding="utf-8").splitlines()[:8]
+    folder = XMCModel.load(model, method="xrtransformer").predictor.matcher
+    e32, e48 = (predict_matcher(None, texts, model=folder, device="cpu", progress=False, max_length=n).embeddings
+                for n in (32, 48))
+    assert not np.allclose(e32, e48)
 
 
 @pytest.mark.slow

@@ -315,6 +315,8 @@ SETTINGS = [
     setting("cache=maybe", "method=xrlinear", "cache=maybe", message=names("cache", "maybe")),
     setting("train_xrlinear=maybe", "method=xrlinear", "train_xrlinear=maybe", message=names("train_xrlinear", "maybe")),
     setting("matcher.topb=0", "matcher.topb=0", message=names("topb", "0")),
+    setting("matcher.embed_max_length=0", "matcher.embed_max_length=0", message=names("embed_max_length", "0")),
+    setting("combine_weight=1.5", "combine_weight=1.5", message=names("combine_weight", "1.5")),
     setting("matcher.batch_size=0", "matcher.batch_size=0", message=names("batch_size", "0")),
     setting("matcher.lr=-1", "matcher.lr=-1", message=names("lr", "-1")),
     setting("ranker.Cp=-1", "ranker.Cp=-1", message=names("ranker.Cp", "-1")),

@@ -13,7 +13,7 @@ Command line (each run folder holds ``predictions/{split}.npz`` and ``label_voca
 ``RUN_DIR:METHOD`` takes that run's ``predictions/METHOD/{split}.npz``, e.g. ``RUN_DIR:xrlinear``)::
 
     python -m xtransformer.ensemble RUN_DIR [RUN_DIR[:METHOD] ...] --method average --out DIR \\
-        [--split dev] [--topk 20] [--truth Y.npz]
+        [--weights W1 W2 ...] [--split dev] [--topk 20] [--truth Y.npz]
 
 writes ``DIR/predictions/{split}.npz``, ``DIR/label_vocab.txt``, ``DIR/ensemble.json`` and, with
 ground truth (``--truth`` or the first run's ``truth/{split}.npz``), ``DIR/metrics/{split}.json``.
@@ -43,19 +43,40 @@ class EnsembleError(ValueError):
     """Bad ensemble input: the message names the run folder, file or argument at fault."""
 
 
-def ensemble_predictions(preds: Sequence[sp.spmatrix], method: str = "average", topk: int = 20) -> sp.csr_matrix:
-    """Combine ``N x L`` score matrices by ``method``; keep the ``topk`` best labels per row."""
+def ensemble_predictions(preds: Sequence[sp.spmatrix], method: str = "average", topk: int = 20,
+                         weights: Sequence[float] | None = None) -> sp.csr_matrix:
+    """Combine ``N x L`` score matrices by ``method``; keep the ``topk`` best labels per row.
+    ``weights``: one per matrix, the mean becomes ``sum_i w_i m_i / sum_i w_i`` (None: equal)."""
     if method not in METHODS:
         raise EnsembleError(f"ensemble: `method` must be one of {list(METHODS)}, got {method!r}")
     if not isinstance(topk, (int, np.integer)) or topk < 1:
         raise EnsembleError(f"ensemble: `topk` must be an int >= 1, got {topk!r}")
     mats = _check_matrices(preds)
+    share = _shares(weights, len(mats))
     transform = {"average": lambda m: m, "rank-average": _reciprocal_ranks, "softmax-average": _row_softmax}[method]
-    total = transform(mats[0])
-    for m in mats[1:]:
-        total = total + transform(m)
-    total = sp.csr_matrix(total / np.float32(len(mats)), dtype=np.float32)
-    return topk_csr(total, int(topk))
+    if share is None:
+        total = transform(mats[0])
+        for m in mats[1:]:
+            total = total + transform(m)
+        total = total / np.float32(len(mats))
+    else:
+        total = transform(mats[0]) * share[0]
+        for m, w in zip(mats[1:], share[1:]):
+            total = total + transform(m) * w
+    return topk_csr(sp.csr_matrix(total, dtype=np.float32), int(topk))
+
+
+def _shares(weights: Sequence[float] | None, n: int) -> np.ndarray | None:
+    """``weights`` normalised to sum 1 (float32), checked: one per matrix, >= 0, not all 0."""
+    if weights is None:
+        return None
+    try:
+        w = np.array([float(v) for v in weights]) if not isinstance(weights, (str, bytes)) else np.array([])
+    except (TypeError, ValueError):
+        w = np.array([np.nan])
+    if len(w) != n or not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
+        raise EnsembleError(f"ensemble: `weights` must be {n} numbers >= 0 (one per member, not all 0), got {weights!r}")
+    return (w / w.sum()).astype(np.float32)
 
 
 def _check_matrices(preds: Sequence[sp.spmatrix]) -> list[sp.csr_matrix]:
@@ -155,9 +176,10 @@ def load_truth(runs: Sequence[Path], split: str, truth: Path | None) -> sp.csr_m
 
 def ensemble_runs(
     runs: Sequence[str | Path], out: Path, method: str, topk: int = 20, splits: Sequence[str] | None = None,
-    truth: Path | None = None,
+    truth: Path | None = None, weights: Sequence[float] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Ensemble the predictions of run folders into ``out``; return the metrics per split."""
+    """Ensemble the predictions of run folders into ``out`` (``weights``: one per run, None: equal);
+    return the metrics per split."""
     from xtransformer.metrics import evaluate  # imports torch(metrics): only needed here
 
     members = [parse_member(r) for r in runs]
@@ -165,6 +187,7 @@ def ensemble_runs(
     for r in runs:
         if not r.is_dir():
             raise EnsembleError(f"{r}: run folder not found")
+    _shares(weights, len(runs))  # before any work
     vocab = check_vocabs(runs)
     splits = list(splits) if splits else common_splits(runs, methods)
     if truth is not None and len(splits) != 1:
@@ -177,7 +200,7 @@ def ensemble_runs(
                 if p.shape[1] != len(vocab):
                     raise EnsembleError(f"{predictions_dir(r, m) / f'{split}.npz'}: {p.shape[1]} label columns but "
                                         f"{len(vocab)} labels in label_vocab.txt")
-            combined = ensemble_predictions(preds, method, topk)
+            combined = ensemble_predictions(preds, method, topk, weights)
             save_csr(combined, tmp / "predictions" / f"{split}.npz")
             Y = load_truth(runs, split, truth)
             if Y is not None:
@@ -189,7 +212,8 @@ def ensemble_runs(
                 log.warning("ensemble: no ground truth for split %r (pass --truth); metrics skipped", split)
         with atomic_path(tmp / "label_vocab.txt") as p:
             p.write_text("\n".join(vocab) + "\n")
-        save_json({"runs": [str(r) for r in runs], "members": [str(r) for r in members_spec(members)], "method": method, "topk": topk, "splits": splits}, tmp / "ensemble.json")
+        save_json({"runs": [str(r) for r in runs], "members": [str(r) for r in members_spec(members)], "method": method, "topk": topk,
+                   "weights": None if weights is None else list(weights), "splits": splits}, tmp / "ensemble.json")
     return results
 
 
@@ -204,12 +228,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--method", choices=METHODS, default="average")
     ap.add_argument("--out", type=Path, required=True, help="output folder")
     ap.add_argument("--topk", type=int, default=20)
+    ap.add_argument("--weights", type=float, nargs="+", default=None,
+                    help="one weight per run, in order (default: equal); normalised to sum 1")
     ap.add_argument("--split", action="append", default=None, help="split(s) to combine (default: all present in every run)")
     ap.add_argument("--truth", type=Path, default=None, help="ground truth Y (npz csr) for metrics of a single split")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
-        results = ensemble_runs(args.runs, args.out, args.method, args.topk, args.split, args.truth)
+        results = ensemble_runs(args.runs, args.out, args.method, args.topk, args.split, args.truth, args.weights)
     except EnsembleError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -33,8 +33,12 @@ class MatcherConfig(Settings):
     name: str = run_field("custom")  # display name of the config option (runs, W&B, tables); not a setting
     model_name_or_path: str = "minilm"
     pooling: str = "auto"  # auto | cls | last | mean; auto: by model family
-    max_length: int = 128
-    truncate_chars: int | None = None  # characters kept before tokenising; None: 16 * max_length
+    max_length: int = 128  # tokens per document while fine-tuning
+    truncate_chars: int | None = None  # characters kept before tokenising; None: 16 * the token length
+    # tokens per document when the fine-tuned encoder embeds (the ranker's features, the top-b
+    # shortlist, prediction); null: max_length. Reading more of each document than fine-tuning did
+    # costs only inference time (README: XR-Transformer, "embed_max_length")
+    embed_max_length: int | None = predict_field(None)
     batch_size: int = 32
     eval_batch_size: int = run_field(128)
     lr: float = 5e-5
@@ -76,6 +80,8 @@ class MatcherConfig(Settings):
                     "checkpoint_every_n_steps"):
             if getattr(self, key) < 1:
                 raise bad(key, "must be >= 1")
+        if self.embed_max_length is not None and self.embed_max_length < 1:
+            raise bad("embed_max_length", "must be >= 1 or null (null: max_length)")
         if self.truncate_chars is not None and self.truncate_chars < 1:
             raise bad("truncate_chars", "must be >= 1 or null")
         if self.lr <= 0 or (self.head_lr is not None and self.head_lr <= 0):
@@ -103,6 +109,11 @@ class MatcherConfig(Settings):
                 raise bad(key, "must be a non-empty list (one entry per fine-tuned level) or null")
             if not all(ok(v) for v in values):
                 raise bad(key, f"every entry must be {what}")
+
+    @property
+    def embed_length(self) -> int:
+        """Tokens per document when embedding (``embed_max_length``, or ``max_length``)."""
+        return int(self.embed_max_length or self.max_length)
 
     def level_schedule(self, n_levels: int) -> list[dict[str, float | int]]:
         """Steps, learning rate and warmup ratio of each of ``n_levels`` fine-tuned levels.

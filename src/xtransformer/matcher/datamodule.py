@@ -338,6 +338,14 @@ class MatcherDataModule(pl.LightningDataModule):
                                                 self.cache_dir, progress=self.cfg.progress)
         self.targets = {split: instance_cluster_targets(Y, self.C) for split, Y in self.Y.items()}
 
+    def tokens_at(self, split: str, max_length: int) -> TokenizedTexts:
+        """``split`` tokenised at ``max_length`` tokens: the training tokens when that is the
+        training length, else tokenised again (cached on disk like them)."""
+        if max_length == self.cfg.max_length and split in self.tokens:
+            return self.tokens[split]
+        return tokenize_texts(self.load_tokenizer(), self.texts[split], max_length, self.cfg.truncate_chars,
+                              self.cache_dir, progress=self.cfg.progress)
+
     def _rank_world(self) -> tuple[int, int]:
         trainer = getattr(self, "trainer", None)
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)

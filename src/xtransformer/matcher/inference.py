@@ -129,17 +129,19 @@ def predict_matcher(
     device: str | torch.device | None = None,
     progress: bool = True,
     model: LoadedMatcher | None = None,
+    max_length: int | None = None,
 ) -> MatcherPrediction:
     """Embeddings (float32) and top-b clusters of new ``texts`` with a saved matcher.
 
-    Settings default to those the model was trained with (``matcher_config.json``); pass an already
-    loaded ``model`` to avoid reloading it for each call.
+    Settings default to those the model was trained with (``matcher_config.json``; ``max_length``:
+    the fine-tuning length, a run's ``matcher.embed_max_length`` may have embedded with more); pass
+    an already loaded ``model`` to avoid reloading it for each call.
     """
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     loaded = model or load_matcher_model(model_dir, device)
     meta = loaded.meta
-    tokens = tokenize_texts(loaded.tokenizer, texts, meta["max_length"], meta["truncate_chars"], cache_dir=None,
-                            progress=progress)
+    tokens = tokenize_texts(loaded.tokenizer, texts, max_length or meta["max_length"], meta["truncate_chars"],
+                            cache_dir=None, progress=progress)
     pred = predict_tokens(loaded.encoder, loaded.head, meta["pooling_resolved"], tokens,
                           batch_size=batch_size or meta["eval_batch_size"], topb=topb or meta["topb"],
                           precision=precision if precision is not None else meta["inference_precision_resolved"],

@@ -240,7 +240,8 @@ def write_matcher_outputs(cfg: MatcherConfig, trainer_cfg: dict[str, Any], loade
     outputs = MatcherOutputs(out_dir=out, splits=tuple(dm.tokens))
     recall: dict[str, float] = {}
     speed: dict[str, float] = {}
-    for split, tokens in dm.tokens.items():
+    for split in dm.tokens:
+        tokens = dm.tokens_at(split, cfg.embed_length)  # embed_max_length: may read more than fine-tuning did
         start = time.perf_counter()
         pred = predict_tokens(encoder, head, loaded.meta["pooling_resolved"], tokens, cfg.eval_batch_size,
                               cfg.topb, precision, progress=cfg.progress, desc=f"matcher {split}")
@@ -251,7 +252,7 @@ def write_matcher_outputs(cfg: MatcherConfig, trainer_cfg: dict[str, Any], loade
         if split in dm.targets:
             recall[split] = topb_recall(pred.topb, dm.targets[split])
     metrics = {f"recall@{cfg.topb}": recall, "inference_docs_per_s": speed, "inference_device": str(device),
-               "inference_precision": str(precision), **facts}
+               "inference_precision": str(precision), "embed_max_length": cfg.embed_length, **facts}
     save_json(metrics, out / "metrics.json")
     files = [str(p.relative_to(out)) for s in outputs.splits for p in (outputs.embeddings_path(s), outputs.topb_path(s))]
     save_json({"key": infer_key, "splits": list(outputs.splits), "checksums": checksums(out, files)},
@@ -325,8 +326,7 @@ def _settings_keys(cfg: MatcherConfig, trainer_cfg: Mapping[str, Any], fingerpri
     dist = {k: str(trainer_cfg.get(k)) for k in _KEY_TRAINER_FIELDS}
     train_key = settings_key(cfg.training_settings(), dist, fingerprints[TRAIN_SPLIT], csr_fingerprint(Y[TRAIN_SPLIT]),
                              csr_fingerprint(C))
-    infer_key = settings_key(train_key, cfg.topb, cfg.save_embeddings_dtype, cfg.normalize_embeddings,
-                             inference_precision(cfg, trainer_cfg), dict(fingerprints),
+    infer_key = settings_key(train_key, cfg.prediction_settings(), inference_precision(cfg, trainer_cfg), dict(fingerprints),
                              {s: csr_fingerprint(y) for s, y in Y.items() if s in fingerprints}, val)
     return train_key, infer_key
 

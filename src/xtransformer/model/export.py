@@ -74,6 +74,13 @@ def _ranker_predict(config: Any) -> dict[str, Any]:
     return config.prediction_settings() | {"threads": config.threads}
 
 
+def _embedding_record(mcfg: Any) -> dict[str, Any]:
+    """How the encoder's embeddings the ranker was trained on were made: part of the model (the
+    ranker's weights fit them), not a prediction setting a call may override."""
+    return {"normalize_embeddings": mcfg.normalize_embeddings, "embeddings_dtype": mcfg.save_embeddings_dtype,
+            "max_length": mcfg.embed_length}
+
+
 # ---------------------------------------------------------------------------------------- per kind
 def write_xrlinear(folder: Path, method: str, vectorizer: Any, n_features: int, model: Any,
                    train_settings: dict[str, Any], labels: dict[str, list[str]]) -> None:
@@ -99,8 +106,7 @@ def write_xtransformer(folder: Path, method: str, vectorizer: Any, n_features: i
     components = {
         "kind": "xtransformer", "tfidf": TFIDF_DIR, "matcher": MATCHER_DIR, "ranker": RANKER_DIR, "label_tree": TREE_DIR,
         # how the ranker's input was built: part of the model, not a prediction setting
-        "features": {"kind": rcfg.features, "neural_weight": rcfg.neural_weight,
-                     "normalize_embeddings": mcfg.normalize_embeddings, "embeddings_dtype": mcfg.save_embeddings_dtype},
+        "features": {"kind": rcfg.features, "neural_weight": rcfg.neural_weight, **_embedding_record(mcfg)},
     }
     predict = {"topb": mcfg.topb, "eval_batch_size": mcfg.eval_batch_size, "inference_precision": inference_precision,
                **{k: v for k, v in _ranker_predict(rcfg).items() if k != "beam_size"}}  # one level: no beam
@@ -121,7 +127,7 @@ def write_xrtransformer(folder: Path, method: str, vectorizer: Any, n_features: 
     components = {
         "kind": "xrtransformer", "tfidf": TFIDF_DIR, "matcher": MATCHER_DIR, "ranker": RANKER_DIR,
         "features": {"kind": final.features, "neural_weight": parts.model.config.neural_weight,
-                     "normalize_embeddings": mcfg.normalize_embeddings, "embeddings_dtype": mcfg.save_embeddings_dtype},
+                     **_embedding_record(mcfg)},
     }
     predict = {"topb": mcfg.topb, "eval_batch_size": mcfg.eval_batch_size, "inference_precision": inference_precision,
                "combine_head": final.combine_head, **_ranker_predict(parts.model.config)}
@@ -132,10 +138,12 @@ def write_xrtransformer(folder: Path, method: str, vectorizer: Any, n_features: 
 
 
 def write_ensemble(folder: Path, method: str, members: list[str], combine: str, topk: int,
-                   labels: dict[str, list[str]]) -> None:
-    """A combination of sibling method folders, referenced by relative path (moved together)."""
+                   labels: dict[str, list[str]], weights: list[float] | None = None) -> None:
+    """A combination of sibling method folders, referenced by relative path (moved together);
+    ``weights``: one per member (None: equal), a prediction setting like the method."""
     write_method(folder, method, {"kind": "ensemble", "members": [f"../{m}" for m in members]},
-                 {"members": members, "combine": combine}, {"method": combine, "topk": int(topk)}, labels)
+                 {"members": members, "combine": combine},
+                 {"method": combine, "topk": int(topk), "weights": None if weights is None else list(weights)}, labels)
 
 
 def copy_matcher(src: Path, dst: Path) -> None:
@@ -152,10 +160,11 @@ def copy_matcher(src: Path, dst: Path) -> None:
 
 # ---------------------------------------------------------------------------------------- the run
 def save_run_models(model_dir: str | Path, cfg: Any, ds: Any, models: dict[str, Any], main: str,
-                    tfidf_dir: Path | None, combine: str | None = None) -> Path:
+                    tfidf_dir: Path | None, combine: str | None = None, weights: list[float] | None = None) -> Path:
     """Write ``model_dir/<method>/`` for every trained method in ``models`` (``"xrlinear"``:
     HierarchicalLinear, ``"xtransformer"``: :class:`XTransformerParts`, ``"xrtransformer"``:
-    :class:`XRTransformerParts`) and, with ``combine``, ``xtransformer+xrlinear`` (atomic).
+    :class:`XRTransformerParts`) and, with ``combine``, ``<main>+xrlinear`` (``weights``: of [main,
+    xrlinear]) (atomic).
     ``tfidf_dir``: the TF-IDF stage folder (its fitted vectoriser), None for given features."""
     from omegaconf import OmegaConf
 
@@ -192,7 +201,7 @@ def save_run_models(model_dir: str | Path, cfg: Any, ds: Any, models: dict[str, 
 
             topk = _default_topk(ensemble_predictions)  # the run combined with the default top-k
             both = f"{main}+xrlinear"
-            write_ensemble(tmp / both, both, [main, "xrlinear"], combine, topk, labels)
+            write_ensemble(tmp / both, both, [main, "xrlinear"], combine, topk, labels, weights)
             written.append(both)
         save_json({"main": main, "methods": written}, tmp / INDEX)
     log.info("model folders: %s in %s", written, model_dir)

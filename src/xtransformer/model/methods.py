@@ -7,7 +7,8 @@ Component layout of a method folder (``manifest.json`` ``components`` names the 
                          tree_0/, tree_1/, ...)
     xtransformer         tfidf/ + matcher/ (encoder + cluster head) + ranker/ (LinearRanker on the
                          matcher's shortlist, tfidf or tfidf+neural) + label_tree/
-    xrtransformer        tfidf/ + encoder/ (pooling, max_length, truncate_chars, normalisation) +
+    xrtransformer        tfidf/ + matcher/ (encoder; pooling, truncate_chars) + features (kind,
+                         embedding length, normalisation) +
                          ranker/ (HierarchicalLinear or LinearForest on concat_features(tfidf, embeddings))
     ensemble             members (relative paths of sibling method folders) + a score combination
 
@@ -86,7 +87,8 @@ class _NeuralPredictor:
 
         pred = predict_matcher(None, texts, batch_size=settings["eval_batch_size"], topb=settings["topb"],
                                precision=settings["inference_precision"], normalize=self.features["normalize_embeddings"],
-                               device="cpu", progress=False, model=self.matcher)
+                               device="cpu", progress=False, model=self.matcher,
+                               max_length=self.features.get("max_length"))  # older folders: the fine-tuning length
         return self.tfidf.from_texts(texts), pred.embeddings.astype(self.features["embeddings_dtype"]), pred.topb
 
 
@@ -139,7 +141,8 @@ class EnsemblePredictor:
     def _combine(self, preds: list[sp.csr_matrix], settings: dict[str, Any]) -> sp.csr_matrix:
         from xtransformer.ensemble import ensemble_predictions
 
-        return ensemble_predictions(preds, method=settings["method"], topk=int(settings["topk"]))
+        return ensemble_predictions(preds, method=settings["method"], topk=int(settings["topk"]),
+                                    weights=settings.get("weights"))  # older folders: none, equal
 
     def predict(self, texts: Sequence[str], settings: dict[str, Any]) -> sp.csr_matrix:
         topk = int(settings["topk"])

@@ -154,7 +154,7 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
     if neural and "xrlinear" in predictions and s.combine_with_xrlinear:
         both = f"{main}+xrlinear"
         predictions[both] = ensemble_predictions([predictions[main], predictions["xrlinear"]],
-                                                 method=s.combine_with_xrlinear)
+                                                 method=s.combine_with_xrlinear, weights=combine_weights(s))
         results[both] = evaluate(ds.splits[eval_split].Y, predictions[both], inv_propensity=inv_prop)
     timings["total"] = round(time.perf_counter() - t0, 3)
     # the model folder before metrics.json: a run folder with metrics.json is a finished run, and
@@ -162,7 +162,8 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
     if "xrlinear" in models and models["xrlinear"] is None:
         models["xrlinear"] = stages.load_xrlinear(xrlinear_dir, s)
     save_run_models(out_dir / "model", cfg, ds, models, main, tfidf_dir,
-                    combine=s.combine_with_xrlinear if f"{main}+xrlinear" in predictions else None)
+                    combine=s.combine_with_xrlinear if f"{main}+xrlinear" in predictions else None,
+                    weights=combine_weights(s))
     metrics = {
         "method": method,
         "dataset": ds.name,
@@ -188,6 +189,11 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
             log.info("%s on %s: %s", name, eval_split, format_metrics_table(res, REPORT_KEYS))
     log_final(loggers, metrics, out_dir)
     return metrics
+
+
+def combine_weights(s: RunSettings) -> list[float]:
+    """The weights of [main method, XR-Linear] in ``{method}+xrlinear`` (``combine_weight``)."""
+    return [s.combine_weight, 1.0 - s.combine_weight]
 
 
 def write_run_outputs(out_dir: Path, ds, predictions: dict[str, Any], main: str, split: str,

@@ -100,6 +100,7 @@ class RunSettings:
     cache: bool
     train_xrlinear: bool
     combine_with_xrlinear: str | None
+    combine_weight: float
     data: DataConfig
     tfidf: TfidfConfig
     xrlinear: XRLinearConfig
@@ -133,6 +134,7 @@ class _TopLevel(Settings):
     model_scale: str = "full"
     train_xrlinear: bool = True
     combine_with_xrlinear: str | None = "average"
+    combine_weight: float = 0.5  # the main method's share in that combination (XR-Linear: 1 - it)
     cache: bool = True
     method: str = "xtransformer"
     baseline: bool | None = run_field(None)  # old name of train_xrlinear
@@ -150,6 +152,9 @@ class _TopLevel(Settings):
         key = "combine_with_baseline" if self.combine_with_baseline != "unset" else "combine_with_xrlinear"
         if self.combine_with_xrlinear not in (None, *ENSEMBLE_METHODS):
             raise self.bad(key, f"expected one of {[*ENSEMBLE_METHODS, None]}")
+        if not (isinstance(self.combine_weight, (int, float)) and not isinstance(self.combine_weight, bool)
+                and 0.0 < self.combine_weight < 1.0):
+            raise self.bad("combine_weight", "must be a number in (0, 1): the main method's share, XR-Linear gets the rest")
         if self.model_scale not in ("full", "small"):
             raise self.bad("model_scale", "expected 'full' or 'small'")
 
@@ -191,7 +196,7 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
                                           (f.name for f in dataclasses.fields(TrainerConfig)) if k in trainer_kwargs})
     settings = RunSettings(
         method=method, seed=top.seed, cache=top.cache, train_xrlinear=top.train_xrlinear,
-        combine_with_xrlinear=top.combine_with_xrlinear,
+        combine_with_xrlinear=top.combine_with_xrlinear, combine_weight=float(top.combine_weight),
         data=DataConfig.from_mapping(plain.get("data") or {}),
         tfidf=TfidfConfig.from_mapping(plain.get("tfidf") or {}),
         xrlinear=XRLinearConfig.from_mapping(plain.get("xrlinear") or {}),

@@ -43,7 +43,7 @@ MIRRORED_LEAVES = frozenset(
 # model next to the main one without changing the main method's numbers; old names too).
 DEFAULT_IGNORE = (
     "seed", "*.seed", "paths.*", "hydra.*", "logger.*", "*_dir", "*timestamp*", "cache",
-    "train_xrlinear", "combine_with_xrlinear", "baseline", "combine_with_baseline", "task_name",
+    "train_xrlinear", "combine_with_xrlinear", "combine_weight", "baseline", "combine_with_baseline", "task_name",
 )
 # A leaf whose value looks like a time stamp (Hydra's ${now:...} folders) is not a setting either.
 TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2}[_T ]\d{2}[-:]\d{2}")
