@@ -91,12 +91,12 @@ def selection_parser(doc: str, cache_help: str) -> argparse.ArgumentParser:
     return ap
 
 
-def holdout_problem(args: argparse.Namespace, experiment: str = "eurlex57k_xr") -> tuple:
-    """The experiment's settings and data, the run's cached TF-IDF of train and the eval split, the
-    training labels, and the rows fitted on / held out (``args.holdout`` random ones)."""
+def holdout_problem(args: argparse.Namespace) -> tuple:
+    """experiment=eurlex57k_xr's settings and data, the run's cached TF-IDF of train and the eval
+    split, the training labels, and the rows fitted on / held out (``args.holdout`` random ones)."""
     from xtransformer.data import load_dataset
 
-    s = settings([], experiment)
+    s = settings([])  # experiment=eurlex57k_xr, as bench_xr_budget.py
     ds = load_dataset(s.data)
     tfidf = stage_folder(args.cache_dir, "tfidf")
     X = {n: sp.load_npz(tfidf / f"X.{n}.npz").tocsr() for n in ("train", ds.eval_split)}

@@ -54,22 +54,17 @@ def ensemble_predictions(preds: Sequence[sp.spmatrix], method: str = "average", 
     mats = _check_matrices(preds)
     share = _shares(weights, len(mats))
     transform = {"average": lambda m: m, "rank-average": _reciprocal_ranks, "softmax-average": _row_softmax}[method]
-    if share is None:
-        total = transform(mats[0])
-        for m in mats[1:]:
-            total = total + transform(m)
-        total = total / np.float32(len(mats))
-    else:
-        total = transform(mats[0]) * share[0]
-        for m, w in zip(mats[1:], share[1:]):
-            total = total + transform(m) * w
+    total = transform(mats[0]) * share[0]
+    for m, w in zip(mats[1:], share[1:]):
+        total = total + transform(m) * w
     return topk_csr(sp.csr_matrix(total, dtype=np.float32), int(topk))
 
 
-def _shares(weights: Sequence[float] | None, n: int) -> np.ndarray | None:
-    """``weights`` normalised to sum 1 (float32), checked: one per matrix, >= 0, not all 0."""
+def _shares(weights: Sequence[float] | None, n: int) -> np.ndarray:
+    """``weights`` normalised to sum 1 (float32), checked: one per matrix, >= 0, not all 0;
+    None: 1 / n each."""
     if weights is None:
-        return None
+        return np.full(n, 1.0 / n, dtype=np.float32)
     try:
         w = np.array([float(v) for v in weights]) if not isinstance(weights, (str, bytes)) else np.array([])
     except (TypeError, ValueError):
