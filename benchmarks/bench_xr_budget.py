@@ -35,19 +35,19 @@ import numpy as np
 import scipy.sparse as sp
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENT = ["experiment=eurlex57k_xr", "logger=none", "paths.output_dir=/tmp/xr-budget"]
+EXPERIMENT = ["logger=none", "paths.output_dir=/tmp/xr-budget"]
 SPLITS = ("train", "dev")
 WORDS = 400  # texts cut to their first 400 words: at least 512 MiniLM tokens for all but short texts
 
 
-def settings(overrides: list[str]):
-    """The run settings of ``experiment=eurlex57k_xr`` plus ``overrides``, as train.py builds them."""
+def settings(overrides: list[str], experiment: str = "eurlex57k_xr"):
+    """The run settings of ``experiment`` plus ``overrides``, as train.py builds them."""
     from hydra import compose, initialize_config_dir
 
     from xtransformer.pipeline.settings import run_settings
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*EXPERIMENT, *overrides])
+        cfg = compose(config_name="train", overrides=[f"experiment={experiment}", *EXPERIMENT, *overrides])
     return run_settings(cfg)
 
 

@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 
 from tiny_models import FAMILIES, tiny_model_dir, toy_xmc
 from xtransformer.matcher import MatcherConfig, MatcherConfigError
-from xtransformer.matcher import datamodule as dm_mod
+from xtransformer.encoders import tokens as tokens_mod
 from xtransformer.matcher.datamodule import (
     EpochSampler,
     MatcherDataModule,
@@ -72,7 +72,7 @@ def test_tokenize_cache_and_char_truncation(tmp_path: Path, monkeypatch: pytest.
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("tokenised again despite the cache")
 
-    monkeypatch.setattr(dm_mod, "_tokenize", boom)
+    monkeypatch.setattr(tokens_mod, "_tokenize", boom)
     again = tokenize_texts(tokenizer, texts, 16, cache_dir=tmp_path, progress=False)
     np.testing.assert_array_equal(first.ids, again.ids)
     np.testing.assert_array_equal(first.offsets, again.offsets)
@@ -82,6 +82,34 @@ def test_tokenize_cache_and_char_truncation(tmp_path: Path, monkeypatch: pytest.
     short = tokenize_texts(tokenizer, texts, 64, truncate_chars=12, progress=False)
     ref = tokenize_texts(tokenizer, [t[:12] for t in texts], 64, progress=False)
     np.testing.assert_array_equal(short.ids, ref.ids)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_first_tokens_equal_the_tokenizers_own_truncation(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cut before tokenising never changes the ids: words cut in half or dropped at the cut,
+    whitespace runs and line breaks there, long unknown words (one token each: the window runs into
+    the cut), texts without whitespace, short texts, a user cut."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir(family))
+    encode, redone = tokens_mod._encode, []
+    monkeypatch.setattr(tokens_mod, "_encode", lambda tok, texts, *a, **k: (
+        redone.append(len(texts)) if not k.get("offsets") else None) or encode(tok, texts, *a, **k))
+    words = " ".join(toy_xmc()[0]["train"][:40]).split()
+    rng = np.random.default_rng(0)
+    texts = []
+    for n in range(60):
+        seps = rng.choice([" ", "  ", "\n", " \n\t ", "-", ", "], size=len(words))
+        texts.append("".join(w + s for w, s in zip(words[n:], seps))[: 40 + 23 * n])
+    texts += ["".join(words)[:500], "short text", "", " leading and trailing spaces  " * 9,
+              " ".join(["ωμεγαλογράμματα" * 2] * 60)]
+    for max_length in (8, 16, 33):
+        redone.clear()
+        got = tokens_mod.first_tokens(tokenizer, texts, max_length)
+        ref = tokenizer(texts, truncation=True, max_length=max_length, return_attention_mask=False)
+        assert got["input_ids"] == ref["input_ids"]
+        assert got.get("token_type_ids") == ref.get("token_type_ids")
+        assert 1 <= sum(redone) < len(texts) // 2  # most texts from the cut, a few (no whitespace) whole
+    cut = tokens_mod.first_tokens(tokenizer, texts, 64, truncate_chars=50)
+    assert cut["input_ids"] == tokenizer([t[:50] for t in texts], truncation=True, max_length=64)["input_ids"]
 
 
 def test_tokens_roundtrip(tmp_path: Path) -> None:
@@ -216,6 +244,24 @@ def test_no_weight_decay_on_bias_and_layernorm() -> None:
         else:
             assert not any("bias" in n or "LayerNorm" in n for n in group_names)
     assert {g["lr"] for g in groups if any(names[id(p)].startswith("head") for p in g["params"])} == {1e-2}
+
+@pytest.mark.parametrize("algorithm", ["norm", "value"])
+def test_fused_adamw_still_clips_gradients(algorithm: str) -> None:
+    """On CPU the optimizer is the fused AdamW, which Lightning's AMP plugin will not clip for:
+    the module clips itself, as torch's own clipping would."""
+    module = MatcherModule(str(tiny_model_dir("bert")), num_clusters=3)
+    groups = module.param_groups()
+    assert module._fused(groups)  # CPU, no loss scaler
+    optimizer = torch.optim.AdamW(groups, fused=True)
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    for i, p in enumerate(params):
+        p.grad = torch.full_like(p, 1.0 + i)
+    module.configure_gradient_clipping(optimizer, 0.5, algorithm)
+    if algorithm == "norm":
+        assert abs(float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))) - 0.5) < 1e-4
+    else:
+        assert max(float(p.grad.abs().max()) for p in params) == pytest.approx(0.5)
+
 
 
 # --------------------------------------------------------------------------- configs

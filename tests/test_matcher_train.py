@@ -20,7 +20,7 @@ from xtransformer.matcher import (
     predict_matcher,
     train_matcher,
 )
-from xtransformer.matcher import datamodule as dm_mod
+from xtransformer.encoders import tokens as tokens_mod
 from xtransformer.matcher import train as train_mod
 
 TRAINER = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False, "enable_model_summary": False,
@@ -115,7 +115,7 @@ def test_missing_model_fails_before_any_data_work(tmp_path: Path, monkeypatch: p
     def no_tokenising(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("data work started before the model check")
 
-    monkeypatch.setattr(dm_mod, "_tokenize", no_tokenising)
+    monkeypatch.setattr(tokens_mod, "_tokenize", no_tokenising)
     monkeypatch.setattr(train_mod, "texts_fingerprint", no_tokenising)
     with pytest.raises(ModelNotFoundError, match="matcher.model_name_or_path="):
         train_matcher(_cfg(tmp_path, model_name_or_path="no-such-org/not-a-model"), TRAINER, *toy_xmc(),

@@ -14,6 +14,7 @@ from torch import nn
 
 
 from xtransformer.encoders.lookup import resolve_model
+from xtransformer.encoders.tokens import tokenize_texts
 
 POOLINGS = ("cls", "last", "mean")
 
@@ -183,24 +184,18 @@ def embed_texts(
 ) -> np.ndarray:
     """Dense ``N x H`` float32 embeddings of ``texts`` (e.g. ``text_emb`` / ``pifa_neural`` features)."""
     pooling = resolve_pooling(pooling, model)
-    limit = truncate_chars if truncate_chars is not None else default_truncate_chars(max_length)
-    clipped = [t[:limit] for t in texts]
-    out = np.zeros((len(clipped), model.config.hidden_size), dtype=np.float32)
-
-    def batches() -> Iterator[tuple[np.ndarray, Mapping[str, torch.Tensor]]]:
-        for rows in length_sorted_batches(np.fromiter(map(len, clipped), np.int64, len(clipped)), batch_size):
-            enc = tokenizer([clipped[i] for i in rows], padding=True, truncation=True, max_length=max_length,
-                            return_tensors="pt")
-            yield rows, dict(enc)
-
-    for rows, emb, _ in encode_batches(model, batches(), pooling, precision, progress=progress,
-                                       total=len(clipped), desc="embedding"):
+    tokens = tokenize_texts(tokenizer, texts, max_length, truncate_chars, progress=False)
+    out = np.zeros((len(tokens), model.config.hidden_size), dtype=np.float32)
+    batches = ((rows, tokens.batch(rows)) for rows in length_sorted_batches(tokens.lengths, batch_size))
+    for rows, emb, _ in encode_batches(model, batches, pooling, precision, progress=progress,
+                                       total=len(tokens), desc="embedding"):
         out[rows] = emb.numpy()
     return l2_normalize(out) if normalize else out
 
 
 def default_truncate_chars(max_length: int) -> int:
-    """Characters kept before tokenising: 16 per token is far more than any tokenizer needs."""
+    """Characters of each training text a ``tiny:*`` tokenizer learns its vocabulary from: 16 per
+    token, far more than the tokens a document is cut to."""
     return 16 * int(max_length)
 
 

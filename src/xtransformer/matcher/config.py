@@ -34,7 +34,7 @@ class MatcherConfig(Settings):
     model_name_or_path: str = "minilm"
     pooling: str = "auto"  # auto | cls | last | mean; auto: by model family
     max_length: int = 128  # tokens per document while fine-tuning
-    truncate_chars: int | None = None  # characters kept before tokenising; None: 16 * the token length
+    truncate_chars: int | None = None  # characters kept before tokenising; None: the whole text
     # tokens per document when the fine-tuned encoder embeds (the ranker's features, the top-b
     # shortlist, prediction); null: max_length. Reading more of each document than fine-tuning did
     # costs only inference time (README: XR-Transformer, "embed_max_length")

@@ -1,19 +1,14 @@
 """Tokenised texts with their instance-to-cluster targets, served by a LightningDataModule.
 
-Texts are tokenised once (batched, in Rust) and cached on disk under a key of tokenizer +
-max_length + truncation + texts; they are kept ragged (flat ids + offsets) and padded per batch.
+Texts are tokenised once (``encoders.tokens``: batched, in Rust, cached on disk) and kept ragged
+(flat ids + offsets), padded per batch.
 Targets ``M = binarize(Y · C)`` stay sparse; the collate function densifies only the batch rows.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
 import logging
 import os
-import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -23,154 +18,11 @@ import scipy.sparse as sp
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from xtransformer.encoders import default_cache_dir, default_truncate_chars, texts_fingerprint
+from xtransformer.encoders import default_cache_dir
+from xtransformer.encoders.tokens import TokenizedTexts, tokenize_texts  # noqa: F401 (re-exported)
 from xtransformer.matcher.config import MatcherConfig
-from xtransformer.utils.io import atomic_path, settings_key
-
-TOKENIZE_CHUNK = 2048  # texts per tokenizer call: big enough for Rust batching, small for progress
 
 log = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------------- tokens
-
-
-@dataclass
-class TokenizedTexts:
-    """Ragged token ids: row ``i`` is ``ids[offsets[i]:offsets[i+1]]`` (special tokens included)."""
-
-    ids: np.ndarray  # int32, all rows concatenated
-    offsets: np.ndarray  # int64, N + 1
-    pad_id: int
-    left_pad: bool
-    type_ids: np.ndarray | None = None  # int8 aligned with ids; only kept when some are non-zero (XLNet)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def batch(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
-        """Padded ``input_ids`` / ``attention_mask`` (/ ``token_type_ids``) for ``rows``, vectorised."""
-        rows = np.asarray(rows, dtype=np.int64)
-        starts = self.offsets[rows]
-        lengths = self.offsets[rows + 1] - starts
-        width = int(lengths.max()) if len(rows) else 0
-        row_of = np.repeat(np.arange(len(rows)), lengths)
-        within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        src = np.repeat(starts, lengths) + within
-        col = within + (width - lengths)[row_of] if self.left_pad else within
-        input_ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
-        input_ids[row_of, col] = self.ids[src]
-        mask = np.zeros((len(rows), width), dtype=np.int64)
-        mask[row_of, col] = 1
-        out = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
-        if self.type_ids is not None:
-            types = np.zeros((len(rows), width), dtype=np.int64)
-            types[row_of, col] = self.type_ids[src]
-            out["token_type_ids"] = torch.from_numpy(types)
-        return out
-
-    def take(self, rows: np.ndarray) -> "TokenizedTexts":
-        """The texts of ``rows``, in that order (a sample to evaluate on)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        starts = self.offsets[rows]
-        lengths = self.offsets[rows + 1] - starts
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        src = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
-        return TokenizedTexts(ids=self.ids[src], offsets=offsets, pad_id=self.pad_id, left_pad=self.left_pad,
-                              type_ids=self.type_ids[src] if self.type_ids is not None else None)
-
-    def save(self, path: str | os.PathLike) -> None:
-        arrays = {"ids": self.ids, "offsets": self.offsets,
-                  "meta": np.array(json.dumps({"pad_id": self.pad_id, "left_pad": self.left_pad}))}
-        if self.type_ids is not None:
-            arrays["type_ids"] = self.type_ids
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as fh:
-                np.savez(fh, **arrays)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "TokenizedTexts":
-        with np.load(path) as z:
-            meta = json.loads(str(z["meta"]))
-            return cls(ids=z["ids"], offsets=z["offsets"], type_ids=z["type_ids"] if "type_ids" in z else None,
-                       **meta)
-
-
-def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """Identity of a tokenizer's behaviour (vocabulary, rules, padding side)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        state = json.loads(backend.to_str())
-        state.pop("truncation", None)  # per-call state that the tokenizer call itself changes
-        state.pop("padding", None)
-        body = json.dumps(state, sort_keys=True)
-    else:
-        body = json.dumps(sorted(tokenizer.get_vocab().items()))
-    extra = [type(tokenizer).__name__, tokenizer.padding_side, tokenizer.truncation_side,
-             str(tokenizer.pad_token_id), sorted(tokenizer.model_input_names)]
-    return hashlib.sha256((body + json.dumps(extra)).encode()).hexdigest()
-
-
-def tokenize_texts(
-    tokenizer: Any,
-    texts: Sequence[str],
-    max_length: int = 128,
-    truncate_chars: int | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    progress: bool = True,
-) -> TokenizedTexts:
-    """Tokenise ``texts`` (cut to ``truncate_chars`` characters first, then ``max_length`` tokens).
-
-    With ``cache_dir`` the result is cached in ``cache_dir/tokens/<key>.npz`` (atomic write).
-    """
-    if tokenizer.pad_token_id is None:
-        raise ValueError("the tokenizer has no pad token; batching needs one")
-    limit = truncate_chars if truncate_chars is not None else default_truncate_chars(max_length)
-    cache_file = None
-    if cache_dir is not None:
-        key = settings_key(tokenizer_fingerprint(tokenizer), int(max_length), int(limit), texts_fingerprint(texts))
-        cache_file = Path(cache_dir) / "tokens" / f"{key}.npz"
-        if cache_file.is_file():
-            try:
-                return TokenizedTexts.load(cache_file)
-            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:  # truncated / corrupt
-                log.warning("token cache %s is unreadable (%s); tokenising again", cache_file, err)
-                cache_file.unlink(missing_ok=True)
-    tokens = _tokenize(tokenizer, texts, int(max_length), int(limit), progress)
-    if cache_file is not None:
-        tokens.save(cache_file)
-    return tokens
-
-
-def _tokenize(tokenizer: Any, texts: Sequence[str], max_length: int, limit: int, progress: bool) -> TokenizedTexts:
-    from tqdm.auto import tqdm
-
-    id_chunks: list[list[list[int]]] = []
-    type_chunks: list[list[list[int]]] = []
-    with tqdm(total=len(texts), desc="tokenising", unit="doc", disable=not progress, leave=False) as bar:
-        for start in range(0, len(texts), TOKENIZE_CHUNK):
-            chunk = [t[:limit] for t in texts[start:start + TOKENIZE_CHUNK]]
-            enc = tokenizer(chunk, truncation=True, max_length=max_length, padding=False,
-                            return_attention_mask=False)
-            id_chunks.append(enc["input_ids"])
-            if "token_type_ids" in enc:
-                type_chunks.append(enc["token_type_ids"])
-            bar.update(len(chunk))
-    rows = list(itertools.chain.from_iterable(id_chunks))
-    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32, count=int(offsets[-1]))
-    type_ids = None
-    if type_chunks:
-        flat = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(type_chunks)),
-                           dtype=np.int8, count=int(offsets[-1]))
-        type_ids = flat if flat.any() else None  # all-zero segments equal the models' default
-    return TokenizedTexts(ids=ids, offsets=offsets, pad_id=int(tokenizer.pad_token_id),
-                          left_pad=tokenizer.padding_side == "left", type_ids=type_ids)
 
 
 # --------------------------------------------------------------------------- targets
