@@ -17,7 +17,6 @@ Prints the table and writes ``benchmarks/results/xr-combination-<tag>.{json,md}`
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 from pathlib import Path
@@ -61,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     for k, rows in enumerate(folds):
         rows = np.sort(rows)
         fit = np.setdiff1d(np.arange(Y.shape[0]), rows)
-        preds = fold_predictions(work / f"fold{k}-of-{args.folds}-trees{args.trees}.npz", s, fcfg, chain, X["train"],
+        preds = fold_predictions(work / f"fold{k}-of-{args.folds}-trees{args.trees}", s, fcfg, chain, X["train"],
                                  F["train"], Y, ds.vocab.ids, fit, rows)
         held.append(rows)
         xrl.append(preds["xrlinear"])
@@ -119,15 +118,13 @@ def main(argv: list[str] | None = None) -> None:
 def fold_predictions(path: Path, s, fcfg, chain, X: sp.csr_matrix, F: sp.csr_matrix, Y: sp.csr_matrix, label_ids,
                      fit: np.ndarray, rows: np.ndarray) -> dict[str, sp.csr_matrix]:
     """XR-Linear's and each final-model tree's predictions for ``rows``, trained on ``fit`` (read back
-    from ``path`` when an earlier run saved them)."""
+    from the folder ``path`` when an earlier run finished it)."""
     from xtransformer.pipeline.stages import train_final, tree_model
     from xtransformer.ranker import LinearForest
+    from xtransformer.utils.io import atomic_dir, is_complete, load_csr, save_csr
 
-    if path.is_file():
-        with np.load(path) as z:
-            return {k[: -len("_data")]: sp.csr_matrix((z[k], z[k[:-5] + "_indices"], z[k[:-5] + "_indptr"]),
-                                                       shape=tuple(z[k[:-5] + "_shape"]))
-                    for k in z.files if k.endswith("_data")}
+    if is_complete(path):
+        return {f.stem: load_csr(f) for f in sorted(path.glob("*.npz"))}
     t0 = time.perf_counter()
     x = s.xrlinear
     out = {"xrlinear": tree_model(x.indexing, x.nr_splits, x.model, X[fit], Y[fit], label_ids, x.n_trees)[0]
@@ -135,14 +132,9 @@ def fold_predictions(path: Path, s, fcfg, chain, X: sp.csr_matrix, F: sp.csr_mat
     model = train_final(fcfg, F[fit], Y[fit], label_ids, chain.subsample(s.xrtransformer.nr_splits), s.indexing.merge)[0]
     for t, tree in enumerate(model.trees if isinstance(model, LinearForest) else [model]):
         out[f"tree{t}"] = tree.predict(F[rows])
-    arrays = {}
-    for name, m in out.items():
-        m = sp.csr_matrix(m)
-        arrays |= {f"{name}_data": m.data, f"{name}_indices": m.indices, f"{name}_indptr": m.indptr,
-                   f"{name}_shape": np.array(m.shape)}
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)  # atomic: a killed run leaves no half-written fold
+    with atomic_dir(path) as tmp:  # a killed run leaves no half-written fold
+        for name, m in out.items():
+            save_csr(sp.csr_matrix(m), tmp / f"{name}.npz")
     print(f"trained and predicted in {time.perf_counter() - t0:.0f} s", flush=True)
     return out
 
