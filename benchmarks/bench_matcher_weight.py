@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_xr_budget import settings, stage_folder  # noqa: E402
+from bench_xr_budget import holdout_rows, settings, stage_folder  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
@@ -101,8 +101,7 @@ def holdout_problem(args: argparse.Namespace) -> tuple:
     tfidf = stage_folder(args.cache_dir, "tfidf")
     X = {n: sp.load_npz(tfidf / f"X.{n}.npz").tocsr() for n in ("train", ds.eval_split)}
     Y = ds.splits["train"].Y.tocsr()
-    perm = np.random.default_rng(args.seed).permutation(Y.shape[0])
-    return s, ds, X, Y, np.sort(perm[args.holdout:]), np.sort(perm[: args.holdout])
+    return s, ds, X, Y, *holdout_rows(Y.shape[0], args.holdout, args.seed)
 
 
 def score_cells(r: dict, split: str) -> str:

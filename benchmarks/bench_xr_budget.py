@@ -15,6 +15,11 @@ linear model here on the CPU run's cached TF-IDF:
     python benchmarks/bench_xr_budget.py finetune --payload .dev --out $OUT x4 trainer=gpu 'matcher.level_steps=[400,800,1600]'
     python benchmarks/bench_xr_budget.py final --cache-dir CACHE --emb DIR/x4 --xrlinear PRED.npz x4
 
+With ``--holdout N`` (payload and final alike) the payload's "train" / "dev" are the training
+documents fitted on and N random ones held out (``holdout_rows``, as bench_matcher_weight.py): a
+fine-tuning choice then scored without the dev split (the tree is still the run's, built on all
+training documents).
+
 ``final`` is the pipeline's final stage (``stages.train_final`` with the settings of
 configs/xrtransformer/default.yaml); on the CPU run's own embeddings, sent
 through int8, it gives 93.48 P@1 against the run's 93.50.
@@ -51,6 +56,12 @@ def settings(overrides: list[str], experiment: str = "eurlex57k_xr"):
     return run_settings(cfg)
 
 
+def holdout_rows(n: int, holdout: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Rows fitted on and the ``holdout`` random rows held out, each sorted: the selections' split."""
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[holdout:]), np.sort(perm[:holdout])
+
+
 def stage_folder(cache_dir: Path, stage: str) -> Path:
     found = sorted((cache_dir / "stages" / stage).glob("[0-9a-f]*"))
     if len(found) != 1:
@@ -74,6 +85,11 @@ def payload(args: argparse.Namespace) -> None:
     out.mkdir(parents=True)
     ds = load_dataset("eurlex57k")
     texts = {n: [" ".join(t.split()[:WORDS]) for t in ds.splits[n].texts] for n in SPLITS}
+    Y = {n: ds.splits[n].Y.tocsr() for n in SPLITS}
+    if args.holdout:  # train / dev := the training documents fitted on / held out
+        rows = dict(zip(SPLITS, holdout_rows(len(texts["train"]), args.holdout, args.seed)))
+        texts = {n: [texts["train"][i] for i in rows[n]] for n in SPLITS}
+        Y = {n: Y["train"][rows[n]] for n in SPLITS}
     src = Path(resolve_model(s.matcher.model_name_or_path, s.matcher.cache_dir))
     tok = AutoTokenizer.from_pretrained(src)
     used = np.zeros(len(tok), bool)
@@ -96,7 +112,7 @@ def payload(args: argparse.Namespace) -> None:
     with lzma.open(out / "texts.json.xz", "wt", preset=9) as f:
         json.dump(texts, f)
     for n in SPLITS:
-        sp.save_npz(out / f"Y_{n}.npz", ds.splits[n].Y.tocsr())
+        sp.save_npz(out / f"Y_{n}.npz", Y[n])
     chain = ClusterChain.load(stage_folder(args.cache_dir, "indexing") / "chain", ds.vocab.ids)
     for i, C in enumerate(chain.subsample(s.xrtransformer.nr_splits)):
         sp.save_npz(out / f"tree{i}.npz", sp.csr_matrix(C))
@@ -146,23 +162,36 @@ def final(args: argparse.Namespace) -> None:
     ds = load_dataset("eurlex57k")
     tfidf = stage_folder(args.cache_dir, "tfidf")
     X = {n: sp.load_npz(tfidf / f"X.{n}.npz").tocsr() for n in SPLITS}
+    Y = {n: ds.splits[n].Y.tocsr() for n in SPLITS}
+    if args.holdout:  # as the payload's --holdout: scored on held-out training documents
+        rows = dict(zip(SPLITS, holdout_rows(Y["train"].shape[0], args.holdout, args.seed)))
+        X, Y = {n: X["train"][rows[n]] for n in SPLITS}, {n: Y["train"][rows[n]] for n in SPLITS}
     emb = {n: np.vstack([np.load(f).astype(np.float32) for f in sorted(args.emb.parent.glob(f"{args.emb.name}.{n}[0-9].npy"))])
            for n in SPLITS}
     t0 = time.perf_counter()
     F = {n: final_features(fcfg.features, X[n], emb[n], fcfg.model.neural_weight) for n in SPLITS}
     chain = ClusterChain.load(stage_folder(args.cache_dir, "indexing") / "chain", ds.vocab.ids)
-    model, _ = train_final(fcfg, F["train"], ds.splits["train"].Y, ds.vocab.ids,
+    model, _ = train_final(fcfg, F["train"], Y["train"], ds.vocab.ids,
                            chain.subsample(s.xrtransformer.nr_splits), s.indexing.merge)
     P = model.predict(F["dev"]).tocsr()
     seconds = time.perf_counter() - t0
-    both = (0.5 * P + 0.5 * sp.load_npz(args.xrlinear).tocsr()).tocsr()  # as the run's xrtransformer+xrlinear
-    row = {"name": args.name, "overrides": args.overrides, "final_seconds": round(seconds, 1),
-           "xrtransformer": evaluate(ds.splits["dev"].Y, P), "xrtransformer+xrlinear": evaluate(ds.splits["dev"].Y, both)}
+    row = {"name": args.name, "overrides": args.overrides, "holdout": args.holdout, "final_seconds": round(seconds, 1),
+           "xrtransformer": evaluate(Y["dev"], P)}
     fmt = lambda m: " / ".join(f"{m[k]:.2f}" for k in ("P@1", "P@3", "P@5"))
-    print(f"{args.name}: XR-Transformer {fmt(row['xrtransformer'])} | + XR-Linear {fmt(row['xrtransformer+xrlinear'])}")
+    line = f"{args.name}: XR-Transformer {fmt(row['xrtransformer'])}"
+    if args.xrlinear:
+        both = (0.5 * P + 0.5 * sp.load_npz(args.xrlinear).tocsr()).tocsr()  # as the run's xrtransformer+xrlinear
+        row["xrtransformer+xrlinear"] = evaluate(Y["dev"], both)
+        line += f" | + XR-Linear {fmt(row['xrtransformer+xrlinear'])}"
+    print(line)
     if args.results:
         with open(args.results, "a") as f:
             f.write(json.dumps(row) + "\n")
+
+
+def holdout_options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--holdout", type=int, default=0, help="train / dev := all but N random training documents / those N")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the held-out rows")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -171,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     a = sub.add_parser("payload", help="write the GPU payload")
     a.add_argument("--cache-dir", type=Path, required=True, help="stage cache of a CPU eurlex57k_xr run")
     a.add_argument("--out", type=Path, default=ROOT / ".dev")
+    holdout_options(a)
     a = sub.add_parser("finetune", help="fine-tune and embed on the payload (on the GPU machine)")
     a.add_argument("--payload", type=Path, default=ROOT / ".dev")
     a.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "budget-out")))
@@ -181,11 +211,15 @@ def main(argv: list[str] | None = None) -> None:
     a = sub.add_parser("final", help="final model on the returned embeddings (here)")
     a.add_argument("--cache-dir", type=Path, required=True)
     a.add_argument("--emb", type=Path, required=True, help="DIR/NAME of NAME.{train0,train1,dev0}.npy")
-    a.add_argument("--xrlinear", type=Path, required=True, help="the CPU run's predictions/xrlinear/dev.npz")
+    a.add_argument("--xrlinear", type=Path, default=None,
+                   help="the CPU run's predictions/xrlinear/dev.npz: also score the average with it (not with --holdout)")
+    holdout_options(a)
     a.add_argument("--results", type=Path, default=None, help="append the row (json) to this file")
     a.add_argument("name")
     a.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
+    if args.cmd == "final" and args.holdout and args.xrlinear:
+        ap.error("final: --xrlinear scores the dev split; it does not go with --holdout")
     {"payload": payload, "finetune": finetune, "final": final}[args.cmd](args)
 
 
