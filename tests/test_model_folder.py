@@ -184,6 +184,18 @@ def test_folder_layout_records_and_no_cache_paths(moved_run):
 
 
 @pytest.mark.slow
+def test_xr_folder_records_the_precision_the_run_resolved(moved_xr_run):
+    """method=xrtransformer asks for trainer.precision=auto: the folder holds what ran, never `auto`."""
+    from xtransformer.utils.hardware import native_bf16
+
+    ran = "bf16-mixed" if native_bf16("cpu") else "32-true"
+    folder = moved_xr_run["model"] / "xrtransformer"
+    train = json.loads((folder / "train_settings.json").read_text())
+    assert train["trainer"]["precision"] == ran
+    assert json.loads((folder / "predict_settings.json").read_text())["inference_precision"] == ran
+
+
+@pytest.mark.slow
 def test_api_predict_names_overrides_and_empty_text(moved_run):
     model = XMCModel.load(moved_run["model"], method="xrlinear")  # a run's model/ folder + method
     assert XMCModel.load(moved_run["model"]).method == "xtransformer"  # the run's main method

@@ -15,6 +15,7 @@ from torch import nn
 
 from xtransformer.encoders.lookup import resolve_model
 from xtransformer.encoders.tokens import tokenize_texts
+from xtransformer.utils.hardware import warn_emulated_bf16
 
 POOLINGS = ("cls", "last", "mean")
 
@@ -121,6 +122,8 @@ def autocast_context(precision: str | int | None, device: torch.device) -> conte
     """Autocast matching a Lightning precision string (``32``, ``bf16-mixed``, ``16-mixed``...)."""
     p = str(precision if precision is not None else "32").lower()
     if p.startswith("bf16"):
+        if device.type == "cpu":
+            warn_emulated_bf16(p, "inference_precision")
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     if p.startswith("16"):
         return torch.autocast(device_type=device.type, dtype=torch.float16)

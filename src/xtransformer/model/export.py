@@ -160,17 +160,20 @@ def copy_matcher(src: Path, dst: Path) -> None:
 
 # ---------------------------------------------------------------------------------------- the run
 def save_run_models(model_dir: str | Path, cfg: Any, ds: Any, models: dict[str, Any], main: str,
-                    tfidf_dir: Path | None, combine: str | None = None, weights: list[float] | None = None) -> Path:
+                    tfidf_dir: Path | None, trainer: dict[str, Any], combine: str | None = None,
+                    weights: list[float] | None = None) -> Path:
     """Write ``model_dir/<method>/`` for every trained method in ``models`` (``"xrlinear"``:
     HierarchicalLinear, ``"xtransformer"``: :class:`XTransformerParts`, ``"xrtransformer"``:
     :class:`XRTransformerParts`) and, with ``combine``, ``<main>+xrlinear`` (``weights``: of [main,
     xrlinear]) (atomic).
-    ``tfidf_dir``: the TF-IDF stage folder (its fitted vectoriser), None for given features."""
+    ``tfidf_dir``: the TF-IDF stage folder (its fitted vectoriser), None for given features.
+    ``trainer``: the Trainer group as the run resolved it (``RunSettings.trainer_kwargs``: a concrete
+    precision where the config said ``auto``)."""
     from omegaconf import OmegaConf
 
     from xtransformer.data.tfidf import load_vectorizer, n_features as vectorizer_features
 
-    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain = OmegaConf.to_container(cfg, resolve=True) | {"trainer": dict(trainer)}
     vectorizer = load_vectorizer(tfidf_dir) if ds.has_texts else None
     n_features = vectorizer_features(vectorizer) if vectorizer is not None else int(ds.splits["train"].X.shape[1])
     labels = {"ids": list(ds.vocab.ids), "names": list(ds.label_text)}

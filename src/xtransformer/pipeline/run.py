@@ -161,7 +161,7 @@ def _run(cfg: DictConfig, s: RunSettings, cache: StageCache) -> dict[str, Any]:
     # the peak memory below counts reading XR-Linear's model back for it
     if "xrlinear" in models and models["xrlinear"] is None:
         models["xrlinear"] = stages.load_xrlinear(xrlinear_dir, s)
-    save_run_models(out_dir / "model", cfg, ds, models, main, tfidf_dir,
+    save_run_models(out_dir / "model", cfg, ds, models, main, tfidf_dir, s.trainer_kwargs,
                     combine=s.combine_with_xrlinear if f"{main}+xrlinear" in predictions else None,
                     weights=combine_weights(s))
     metrics = {

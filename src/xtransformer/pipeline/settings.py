@@ -22,13 +22,14 @@ from xtransformer.indexing import IndexingConfig
 from xtransformer.matcher import MatcherConfig
 from xtransformer.ranker import HierarchicalLinearConfig, RankerConfig
 from xtransformer.settings import Settings, SettingsError, run_field
+from xtransformer.utils.hardware import resolve_precision
 from xtransformer.xrtransformer import XRTransformerConfig
 
 log = logging.getLogger(__name__)
 
 METHODS = ("xtransformer", "xrtransformer", "xrlinear")
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "tpu", "auto")
-PRECISIONS = ("32", "32-true", "16", "16-mixed", "bf16", "bf16-mixed", "bf16-true", "16-true", "64", "64-true")
+PRECISIONS = ("auto", "32", "32-true", "16", "16-mixed", "bf16", "bf16-mixed", "bf16-true", "16-true", "64", "64-true")
 
 
 @dataclass
@@ -194,6 +195,8 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
     trainer_kwargs = dict(plain.get("trainer") or {})
     trainer = TrainerConfig.from_mapping({k: trainer_kwargs[k] for k in
                                           (f.name for f in dataclasses.fields(TrainerConfig)) if k in trainer_kwargs})
+    # `auto` made concrete here, so the records, cache keys and Lightning all see what runs
+    trainer.precision = trainer_kwargs["precision"] = resolve_precision(trainer.precision, trainer.accelerator)
     settings = RunSettings(
         method=method, seed=top.seed, cache=top.cache, train_xrlinear=top.train_xrlinear,
         combine_with_xrlinear=top.combine_with_xrlinear, combine_weight=float(top.combine_weight),
