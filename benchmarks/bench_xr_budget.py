@@ -175,6 +175,10 @@ def final(args: argparse.Namespace) -> None:
                            chain.subsample(s.xrtransformer.nr_splits), s.indexing.merge)
     P = model.predict(F["dev"]).tocsr()
     seconds = time.perf_counter() - t0
+    if args.predictions:
+        from xtransformer.utils.io import save_csr
+
+        save_csr(P, args.predictions)
     row = {"name": args.name, "overrides": args.overrides, "holdout": args.holdout, "final_seconds": round(seconds, 1),
            "xrtransformer": evaluate(Y["dev"], P)}
     fmt = lambda m: " / ".join(f"{m[k]:.2f}" for k in ("P@1", "P@3", "P@5"))
@@ -215,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="the CPU run's predictions/xrlinear/dev.npz: also score the average with it (not with --holdout)")
     holdout_options(a)
     a.add_argument("--results", type=Path, default=None, help="append the row (json) to this file")
+    a.add_argument("--predictions", type=Path, default=None, help="save the final model's dev scores here (.npz)")
     a.add_argument("name")
     a.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)

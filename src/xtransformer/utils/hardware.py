@@ -1,10 +1,10 @@
 """Whether the hardware computes bf16 natively, and the precision ``trainer.precision=auto`` picks.
 
 bf16 autocast pays off only where the hardware multiplies bf16 itself: a CUDA GPU that supports it,
-or a CPU with AMX-BF16 or AVX512-BF16. On any other CPU, PyTorch emulates it, and a MiniLM step
-measured 16x slower than fp32 on a 2-core AVX2 host (15.0 s against 0.9 s for 8 x 128 tokens;
-encoding 2.9 docs/s against 16.9 at 256 tokens). ``auto`` is therefore bf16-mixed where it is
-native and 32-true elsewhere.
+or a CPU with AMX-BF16 or AVX512-BF16. On any other CPU, PyTorch emulates it: on a 2-core AVX2
+host a MiniLM training step took 25x as long as in fp32 and encoding 8x
+(``benchmarks/bench_precision.py``). ``auto`` is therefore bf16-mixed where it is native and
+32-true elsewhere.
 """
 
 from __future__ import annotations
