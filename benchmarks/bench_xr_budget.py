@@ -152,8 +152,10 @@ def finetune(args: argparse.Namespace) -> None:
 def final(args: argparse.Namespace) -> None:
     """The final model on the CPU run's TF-IDF and the returned embeddings; P@k alone and with XR-Linear."""
     from xtransformer.data import load_dataset
+    from xtransformer.ensemble import ensemble_predictions
     from xtransformer.indexing.chain import ClusterChain
     from xtransformer.metrics import evaluate
+    from xtransformer.pipeline.run import combine_weights
     from xtransformer.pipeline.stages import train_final
     from xtransformer.xrtransformer.model import final_features
 
@@ -184,7 +186,9 @@ def final(args: argparse.Namespace) -> None:
     fmt = lambda m: " / ".join(f"{m[k]:.2f}" for k in ("P@1", "P@3", "P@5"))
     line = f"{args.name}: XR-Transformer {fmt(row['xrtransformer'])}"
     if args.xrlinear:
-        both = (0.5 * P + 0.5 * sp.load_npz(args.xrlinear).tocsr()).tocsr()  # as the run's xrtransformer+xrlinear
+        # as the run's xrtransformer+xrlinear: its rule and share (combine_with_xrlinear, combine_weight)
+        both = ensemble_predictions([P, sp.load_npz(args.xrlinear).tocsr()], s.combine_with_xrlinear,
+                                    fcfg.model.topk, weights=combine_weights(s))
         row["xrtransformer+xrlinear"] = evaluate(Y["dev"], both)
         line += f" | + XR-Linear {fmt(row['xrtransformer+xrlinear'])}"
     print(line)

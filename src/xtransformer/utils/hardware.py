@@ -19,10 +19,10 @@ AUTO = "auto"
 
 @functools.lru_cache(maxsize=None)
 def native_bf16(device_type: str) -> bool:
-    """True when ``device_type`` ("cpu", "cuda", "gpu") multiplies bf16 natively (False when unknown)."""
+    """True when ``device_type`` ("cpu", "cuda") multiplies bf16 natively (False when unknown)."""
     import torch
 
-    if device_type in ("cuda", "gpu"):
+    if device_type == "cuda":
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     if device_type != "cpu":
         return False
