@@ -67,9 +67,10 @@ def main(argv: list[str] | None = None) -> None:
         row["encode 256 tokens docs/s"] = round(64 / timed(lambda: encode(encode_batches, precision))[1], 1)
         rows.append(row)
         print(row, flush=True)
-    caps = {k: bool(v) for k, v in torch.cpu.get_capabilities().items() if k in ("avx2", "avx512_f", "avx512_bf16", "amx_bf16")}
+    found = torch.cpu.get_capabilities()
+    caps = {k: bool(v) for k, v in found.items() if k in ("avx2", "avx512_f", "avx512_bf16", "amx_bf16")}
     auto = resolve_precision("auto", "cpu")
-    lines = [f"`python benchmarks/bench_precision.py --tag {args.tag}` (2 threads; {torch.cpu.get_capabilities().get('cpu_name')}: "
+    lines = [f"`python benchmarks/bench_precision.py --tag {args.tag}` (2 threads; {found.get('cpu_name')}: "
              + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in caps.items())
              + f"; native bf16: {'yes' if native_bf16('cpu') else 'no'}, so `trainer.precision=auto` is {auto})", "",
              "| precision | train step, 8 x 128 tokens s | train step, 32 x 128 s | encode, 256 tokens docs/s |",
