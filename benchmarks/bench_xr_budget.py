@@ -18,7 +18,9 @@ linear model here on the CPU run's cached TF-IDF:
 With ``--holdout N`` (payload and final alike) the payload's "train" / "dev" are the training
 documents fitted on and N random ones held out (``holdout_rows``, as bench_matcher_weight.py): a
 fine-tuning choice then scored without the dev split (the tree is still the run's, built on all
-training documents).
+training documents). ``final --holdout N`` on embeddings of a payload without it (an encoder fine-tuned
+on every training document) fits and scores the final model on the same disjoint rows, sliced from
+them, for final-model choices (the row records ``encoder_saw_holdout``).
 
 ``final`` is the pipeline's final stage (``stages.train_final`` with the settings of
 configs/xrtransformer/default.yaml); on the CPU run's own embeddings, sent
@@ -170,6 +172,11 @@ def final(args: argparse.Namespace) -> None:
         X, Y = {n: X["train"][rows[n]] for n in SPLITS}, {n: Y["train"][rows[n]] for n in SPLITS}
     emb = {n: np.vstack([np.load(f).astype(np.float32) for f in sorted(args.emb.parent.glob(f"{args.emb.name}.{n}[0-9].npy"))])
            for n in SPLITS}
+    # embeddings of an encoder fine-tuned on every training document (a payload without --holdout):
+    # the linear model is still fitted and scored on disjoint rows, but the encoder saw the held-out ones
+    encoder_saw_holdout = bool(args.holdout) and emb["train"].shape[0] == ds.splits["train"].Y.shape[0]
+    if encoder_saw_holdout:
+        emb = {n: emb["train"][rows[n]] for n in SPLITS}
     t0 = time.perf_counter()
     F = {n: final_features(fcfg.features, X[n], emb[n], fcfg.model.neural_weight) for n in SPLITS}
     chain = ClusterChain.load(stage_folder(args.cache_dir, "indexing") / "chain", ds.vocab.ids)
@@ -181,7 +188,8 @@ def final(args: argparse.Namespace) -> None:
         from xtransformer.utils.io import save_csr
 
         save_csr(P, args.predictions)
-    row = {"name": args.name, "overrides": args.overrides, "holdout": args.holdout, "final_seconds": round(seconds, 1),
+    row = {"name": args.name, "overrides": args.overrides, "holdout": args.holdout, "encoder_saw_holdout": encoder_saw_holdout,
+           "final_seconds": round(seconds, 1),
            "xrtransformer": evaluate(Y["dev"], P)}
     fmt = lambda m: " / ".join(f"{m[k]:.2f}" for k in ("P@1", "P@3", "P@5"))
     line = f"{args.name}: XR-Transformer {fmt(row['xrtransformer'])}"
