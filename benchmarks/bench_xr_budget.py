@@ -167,16 +167,16 @@ def final(args: argparse.Namespace) -> None:
     tfidf = stage_folder(args.cache_dir, "tfidf")
     X = {n: sp.load_npz(tfidf / f"X.{n}.npz").tocsr() for n in SPLITS}
     Y = {n: ds.splits[n].Y.tocsr() for n in SPLITS}
-    if args.holdout:  # as the payload's --holdout: scored on held-out training documents
-        rows = dict(zip(SPLITS, holdout_rows(Y["train"].shape[0], args.holdout, args.seed)))
-        X, Y = {n: X["train"][rows[n]] for n in SPLITS}, {n: Y["train"][rows[n]] for n in SPLITS}
     emb = {n: np.vstack([np.load(f).astype(np.float32) for f in sorted(args.emb.parent.glob(f"{args.emb.name}.{n}[0-9].npy"))])
            for n in SPLITS}
     # embeddings of an encoder fine-tuned on every training document (a payload without --holdout):
     # the linear model is still fitted and scored on disjoint rows, but the encoder saw the held-out ones
-    encoder_saw_holdout = bool(args.holdout) and emb["train"].shape[0] == ds.splits["train"].Y.shape[0]
-    if encoder_saw_holdout:
-        emb = {n: emb["train"][rows[n]] for n in SPLITS}
+    encoder_saw_holdout = bool(args.holdout) and emb["train"].shape[0] == Y["train"].shape[0]
+    if args.holdout:  # as the payload's --holdout: scored on held-out training documents
+        rows = dict(zip(SPLITS, holdout_rows(Y["train"].shape[0], args.holdout, args.seed)))
+        X, Y = {n: X["train"][rows[n]] for n in SPLITS}, {n: Y["train"][rows[n]] for n in SPLITS}
+        if encoder_saw_holdout:
+            emb = {n: emb["train"][rows[n]] for n in SPLITS}
     t0 = time.perf_counter()
     F = {n: final_features(fcfg.features, X[n], emb[n], fcfg.model.neural_weight) for n in SPLITS}
     chain = ClusterChain.load(stage_folder(args.cache_dir, "indexing") / "chain", ds.vocab.ids)
