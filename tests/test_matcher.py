@@ -245,6 +245,32 @@ def test_no_weight_decay_on_bias_and_layernorm() -> None:
             assert not any("bias" in n or "LayerNorm" in n for n in group_names)
     assert {g["lr"] for g in groups if any(names[id(p)].startswith("head") for p in g["params"])} == {1e-2}
 
+
+@pytest.mark.parametrize("family", ["bert", "xlnet"])
+def test_dropout_setting_reaches_every_dropout(family: str) -> None:
+    """``matcher.dropout=0`` turns off hidden and attention dropout (any family): two forward passes
+    in training mode agree; the model's own rates (None) keep them apart. The config records it."""
+    path = str(tiny_model_dir(family))
+    ids = torch.randint(5, 50, (4, 16))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+    def two_passes(module: MatcherModule) -> tuple[torch.Tensor, torch.Tensor]:
+        assert module.encoder.training
+        torch.manual_seed(0)
+        first = module(batch)[0]
+        return first, module(batch)[0]
+
+    a, b = two_passes(MatcherModule(path, num_clusters=3))
+    assert not torch.allclose(a, b)
+    off = MatcherModule(path, num_clusters=3, dropout=0.0)
+    a, b = two_passes(off)
+    assert torch.equal(a, b)
+    assert all(m.p == 0.0 for m in off.encoder.modules() if isinstance(m, torch.nn.Dropout))
+    config = off.encoder.config
+    assert all(getattr(config, k) == 0.0 for k in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout")
+               if isinstance(getattr(config, k, None), float))
+
+
 @pytest.mark.parametrize("algorithm", ["norm", "value"])
 def test_fused_adamw_still_clips_gradients(algorithm: str) -> None:
     """On CPU the optimizer is the fused AdamW, which Lightning's AMP plugin will not clip for:
@@ -310,7 +336,7 @@ def test_trainer_yaml_are_trainer_kwargs() -> None:
 
 
 @pytest.mark.parametrize("key,value", [("pooling", "max"), ("max_length", 0), ("warmup_ratio", 1.0),
-                                       ("save_embeddings_dtype", "int8"), ("max_steps", 0)])
+                                       ("save_embeddings_dtype", "int8"), ("max_steps", 0), ("dropout", 1.0)])
 def test_config_errors_name_the_key(key: str, value: object) -> None:
     with pytest.raises(MatcherConfigError, match=f"matcher.{key}"):
         MatcherConfig(**{key: value})

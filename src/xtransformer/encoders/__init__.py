@@ -32,6 +32,7 @@ from xtransformer.encoders.embed import (
     pool_hidden,
     pretrained_encoder,
     resolve_pooling,
+    set_dropout,
 )
 from xtransformer.encoders.errors import ModelNotFoundError
 from xtransformer.encoders.lookup import check_model_available, default_cache_dir, resolve_model

@@ -30,6 +30,24 @@ def pretrained_encoder(path: str | os.PathLike) -> nn.Module:
     return AutoModel.from_pretrained(path, dtype=torch.float32)
 
 
+def set_dropout(model: nn.Module, p: float) -> None:
+    """Every dropout of ``model`` (hidden and attention, any family) set to ``p``.
+
+    Hugging Face encoders keep their rates in ``nn.Dropout`` layers (BERT's SDPA attention reads its
+    layer's ``p``) or, in some families' attention, in a float attribute (``attention_dropout``,
+    ``dropout_prob``); the config is updated too, so a saved folder records the rate it trained at.
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = float(p)
+        for attr in ("attention_dropout", "dropout_prob"):
+            if isinstance(getattr(module, attr, None), float):
+                setattr(module, attr, float(p))
+    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
+        if isinstance(getattr(model.config, key, None), float):
+            setattr(model.config, key, float(p))
+
+
 def load_encoder(
     name_or_path: str | os.PathLike,
     cache_dir: str | os.PathLike | None = None,

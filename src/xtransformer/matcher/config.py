@@ -49,6 +49,10 @@ class MatcherConfig(Settings):
     max_steps: int = 300  # -1: train by max_epochs
     max_epochs: int | None = None
     grad_clip: float | None = 1.0
+    # every dropout of the encoder (hidden and attention) while fine-tuning; null: the model's own
+    # (0.1 for BERT / MiniLM / MPNet). On a CPU, attention dropout keeps SDPA off its fused kernel
+    # and draws a random number per attention weight (README: "Dropout and the CPU step").
+    dropout: float | None = None
     accumulate_grad_batches: int = 1
     val_every_n_steps: int | None = run_field(None)  # None: validate at the end of each epoch
     limit_val_batches: float = run_field(1.0)
@@ -88,6 +92,8 @@ class MatcherConfig(Settings):
             raise bad("lr" if self.lr <= 0 else "head_lr", "must be > 0")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise bad("warmup_ratio", "must be in [0, 1)")
+        if self.dropout is not None and not (_is_number(self.dropout) and 0.0 <= self.dropout < 1.0):
+            raise bad("dropout", "must be in [0, 1) or null (null: the model's own rates)")
         if self.weight_decay < 0:
             raise bad("weight_decay", "must be >= 0")
         if self.max_steps == 0 or self.max_steps < -1:

@@ -45,9 +45,10 @@ class MatcherModule(pl.LightningModule):
         warmup_ratio: float = 0.1,
         topb: int = 20,
         with_token_types: bool = False,
+        dropout: float | None = None,
     ) -> None:
         super().__init__()
-        from xtransformer.encoders import pretrained_encoder
+        from xtransformer.encoders import pretrained_encoder, set_dropout
 
         self.save_hyperparameters()
         if num_clusters < 1:
@@ -56,8 +57,10 @@ class MatcherModule(pl.LightningModule):
         self.pooling = resolve_pooling(pooling, self.encoder)
         self.head = nn.Linear(self.encoder.config.hidden_size, num_clusters)
         _freeze_unused_parameters(self.encoder, self.pooling, with_token_types)
+        if dropout is not None:  # matcher.dropout; None: the rates the model was trained with
+            set_dropout(self.encoder, dropout)
         # from_pretrained returns eval mode and Lightning keeps each submodule's mode: fine-tune
-        # with the encoder's dropout on, as in the paper.
+        # with the encoder's dropout on, as in the paper (at matcher.dropout's rate where set).
         self.encoder.train()
         # Part of the state dict, so it survives the trip back from ddp_spawn workers.
         self.register_buffer("trained_steps", torch.zeros((), dtype=torch.long))

@@ -179,7 +179,8 @@ def _fit(cfg: MatcherConfig, trainer_cfg: dict[str, Any], dm: MatcherDataModule,
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     module = MatcherModule(str(base), dm.num_clusters, pooling=cfg.pooling, lr=cfg.lr, head_lr=cfg.head_lr,
                            weight_decay=cfg.weight_decay, adam_eps=cfg.adam_eps, warmup_ratio=cfg.warmup_ratio,
-                           topb=cfg.topb, with_token_types=dm.tokens[TRAIN_SPLIT].type_ids is not None)
+                           topb=cfg.topb, with_token_types=dm.tokens[TRAIN_SPLIT].type_ids is not None,
+                           dropout=cfg.dropout)
     facts = fit_resumable(cfg, trainer_cfg, module, dm, out, out / "checkpoints" / train_key, cfg.max_steps,
                           logger, callbacks)
     return facts.pop("trainer"), module, facts

@@ -164,7 +164,7 @@ def _train_level(mcfg: MatcherConfig, xcfg: XRTransformerConfig, trainer_cfg: di
     module = XRLevelModule(str(encoder_path), level.n_nodes, pooling=pooling, lr=sched["lr"],
                            head_lr=mcfg.head_lr, weight_decay=mcfg.weight_decay, adam_eps=mcfg.adam_eps,
                            warmup_ratio=sched["warmup_ratio"], topb=mcfg.topb,
-                           with_token_types=dm.tokens[TRAIN_SPLIT].type_ids is not None)
+                           with_token_types=dm.tokens[TRAIN_SPLIT].type_ids is not None, dropout=mcfg.dropout)
     init = _bootstrap(xcfg, mcfg, trainer_cfg, dm, Y_train, level, prev)
     module.setup_level(level.index, children=children_table(level) if shortlisted else None,
                        prev_head=(prev[2], prev[3]) if shortlisted else None, init_head=init,
