@@ -59,8 +59,8 @@ class MatcherModule(pl.LightningModule):
         _freeze_unused_parameters(self.encoder, self.pooling, with_token_types)
         if dropout is not None:  # matcher.dropout; None: the rates the model was trained with
             set_dropout(self.encoder, dropout)
-        # from_pretrained returns eval mode and Lightning keeps each submodule's mode: fine-tune
-        # with the encoder's dropout on, as in the paper (at matcher.dropout's rate where set).
+        # from_pretrained returns eval mode and Lightning keeps each submodule's mode: fine-tune in
+        # train mode, dropout at the model's rates as in the paper, or at matcher.dropout's.
         self.encoder.train()
         # Part of the state dict, so it survives the trip back from ddp_spawn workers.
         self.register_buffer("trained_steps", torch.zeros((), dtype=torch.long))
