@@ -22,6 +22,10 @@ training documents). ``final --holdout N`` on embeddings of a payload without it
 on every training document) fits and scores the final model on the same disjoint rows, sliced from
 them, for final-model choices (the row records ``encoder_saw_holdout``).
 
+``--experiment`` (every subcommand; default eurlex57k_xr) names the experiment whose settings the
+overrides amend, e.g. ``--experiment eurlex57k_xr_ensemble trainer=gpu seed=3`` fine-tunes on that
+experiment's own schedule and ``final`` then uses its final model and combination share.
+
 ``final`` is the pipeline's final stage (``stages.train_final`` with the settings of
 configs/xrtransformer/default.yaml); on the CPU run's own embeddings, sent
 through int8, it gives 93.48 P@1 against the run's 93.50.
@@ -81,7 +85,7 @@ def payload(args: argparse.Namespace) -> None:
     from xtransformer.encoders import resolve_model
     from xtransformer.indexing.chain import ClusterChain
 
-    s = settings([])
+    s = settings([], args.experiment)
     out = args.out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -128,7 +132,7 @@ def finetune(args: argparse.Namespace) -> None:
     from xtransformer.xrtransformer.train import fine_tune
 
     p = args.payload.resolve()
-    s = settings([*args.overrides, f"matcher.model_name_or_path={p / 'encoder'}"])
+    s = settings([*args.overrides, f"matcher.model_name_or_path={p / 'encoder'}"], args.experiment)
     texts = json.load(lzma.open(p / "texts.json.xz", "rt"))
     Y = {n: sp.load_npz(p / f"Y_{n}.npz").tocsr() for n in SPLITS}
     if args.max_docs:  # a smoke test of the script
@@ -146,7 +150,7 @@ def finetune(args: argparse.Namespace) -> None:
         for i, part in enumerate(np.array_split(q, 2) if n == "train" else [q]):  # files of at most 16 MiB
             np.save(args.out / f"{args.name}.{n}{i}.npy", part)
     sp.save_npz(args.out / f"{args.name}.topb.npz", tuned.outputs.topb("dev"))  # the label-level head on dev
-    facts = {"name": args.name, "overrides": args.overrides, "seconds": round(seconds, 1), "levels": tuned.levels}
+    facts = {"name": args.name, "experiment": args.experiment, "overrides": args.overrides, "seconds": round(seconds, 1), "levels": tuned.levels}
     print("\n" + json.dumps(facts), flush=True)
     (args.out / f"{args.name}.facts.json").write_text(json.dumps(facts, indent=1))
 
@@ -161,7 +165,7 @@ def final(args: argparse.Namespace) -> None:
     from xtransformer.pipeline.stages import train_final
     from xtransformer.xrtransformer.model import final_features
 
-    s = settings(args.overrides)
+    s = settings(args.overrides, args.experiment)
     fcfg = s.xrtransformer.final
     ds = load_dataset("eurlex57k")
     tfidf = stage_folder(args.cache_dir, "tfidf")
@@ -188,7 +192,7 @@ def final(args: argparse.Namespace) -> None:
         from xtransformer.utils.io import save_csr
 
         save_csr(P, args.predictions)
-    row = {"name": args.name, "overrides": args.overrides, "holdout": args.holdout, "encoder_saw_holdout": encoder_saw_holdout,
+    row = {"name": args.name, "experiment": args.experiment, "overrides": args.overrides, "holdout": args.holdout, "encoder_saw_holdout": encoder_saw_holdout,
            "final_seconds": round(seconds, 1),
            "xrtransformer": evaluate(Y["dev"], P)}
     fmt = lambda m: " / ".join(f"{m[k]:.2f}" for k in ("P@1", "P@3", "P@5"))
@@ -234,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--predictions", type=Path, default=None, help="save the final model's dev scores here (.npz)")
     a.add_argument("name")
     a.add_argument("overrides", nargs="*")
+    for a in sub.choices.values():
+        a.add_argument("--experiment", default="eurlex57k_xr", help="the experiment whose settings the overrides amend")
     args = ap.parse_args(argv)
     if args.cmd == "final" and args.holdout and args.xrlinear:
         ap.error("final: --xrlinear scores the dev split; it does not go with --holdout")
