@@ -150,7 +150,8 @@ def finetune(args: argparse.Namespace) -> None:
         for i, part in enumerate(np.array_split(q, 2) if n == "train" else [q]):  # files of at most 16 MiB
             np.save(args.out / f"{args.name}.{n}{i}.npy", part)
     sp.save_npz(args.out / f"{args.name}.topb.npz", tuned.outputs.topb("dev"))  # the label-level head on dev
-    facts = {"name": args.name, "experiment": args.experiment, "overrides": args.overrides, "seconds": round(seconds, 1), "levels": tuned.levels}
+    facts = {"name": args.name, "experiment": args.experiment, "overrides": args.overrides,
+             "seconds": round(seconds, 1), "levels": tuned.levels}
     print("\n" + json.dumps(facts), flush=True)
     (args.out / f"{args.name}.facts.json").write_text(json.dumps(facts, indent=1))
 
@@ -192,8 +193,8 @@ def final(args: argparse.Namespace) -> None:
         from xtransformer.utils.io import save_csr
 
         save_csr(P, args.predictions)
-    row = {"name": args.name, "experiment": args.experiment, "overrides": args.overrides, "holdout": args.holdout, "encoder_saw_holdout": encoder_saw_holdout,
-           "final_seconds": round(seconds, 1),
+    row = {"name": args.name, "experiment": args.experiment, "overrides": args.overrides, "holdout": args.holdout,
+           "encoder_saw_holdout": encoder_saw_holdout, "final_seconds": round(seconds, 1),
            "xrtransformer": evaluate(Y["dev"], P)}
     fmt = lambda m: " / ".join(f"{m[k]:.2f}" for k in ("P@1", "P@3", "P@5"))
     line = f"{args.name}: XR-Transformer {fmt(row['xrtransformer'])}"
