@@ -48,10 +48,11 @@ import scipy.sparse as sp
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ["logger=none", "paths.output_dir=/tmp/xr-budget"]
 SPLITS = ("train", "dev")
+EXPERIMENT_NAME = "eurlex57k_xr"  # the experiment whose settings overrides amend, unless --experiment
 WORDS = 400  # texts cut to their first 400 words: at least 512 MiniLM tokens for all but short texts
 
 
-def settings(overrides: list[str], experiment: str = "eurlex57k_xr"):
+def settings(overrides: list[str], experiment: str = EXPERIMENT_NAME):
     """The run settings of ``experiment`` plus ``overrides``, as train.py builds them."""
     from hydra import compose, initialize_config_dir
 
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("name")
     a.add_argument("overrides", nargs="*")
     for a in sub.choices.values():
-        a.add_argument("--experiment", default="eurlex57k_xr", help="the experiment whose settings the overrides amend")
+        a.add_argument("--experiment", default=EXPERIMENT_NAME, help="the experiment whose settings the overrides amend")
     args = ap.parse_args(argv)
     if args.cmd == "final" and args.holdout and args.xrlinear:
         ap.error("final: --xrlinear scores the dev split; it does not go with --holdout")
