@@ -8,8 +8,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from tiny_models import toy_xmc
-from xtransformer.data.tfidf import TfidfConfig, _vectorizer
-from xtransformer.model.export import write_xrlinear
+from xtransformer.data.tfidf import TfidfConfig, TfidfFeatures
+from xtransformer.methods.base import ModelRecords
+from xtransformer.methods.xrlinear import XRLinear
+from xtransformer.methods.xrlinear.model import ranker_predict_settings
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
 
 
@@ -40,10 +42,11 @@ def labels_record(n: int) -> dict[str, list[str]]:
 def save_toy_xrlinear(folder: Path) -> tuple[Path, dict]:
     """An XR-Linear model folder on the toy task; returns it and the task's texts."""
     texts, Y, C = toy_xmc()
-    vec = _vectorizer(TfidfConfig(min_df=1))
-    X = vec.fit_transform(texts["train"]).tocsr()
+    tfidf, X = TfidfFeatures.fit(texts["train"], TfidfConfig(min_df=1))
     model = HierarchicalLinear.train(X, Y["train"], toy_tree(C), HierarchicalLinearConfig(threads=1))
-    write_xrlinear(folder, "xrlinear", vec, X.shape[1], model, {"dataset": "toy"}, labels_record(C.shape[0]))
+    labels = labels_record(C.shape[0])
+    records = ModelRecords(labels["ids"], labels["names"], ranker_predict_settings(model.config), {"dataset": "toy"})
+    XRLinear(records, tfidf, model).save(folder)
     return folder, texts
 
 

@@ -11,7 +11,6 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from xtransformer.encoders.embed import autocast_context
-from xtransformer.pipeline.keys import stage_keys
 from xtransformer.pipeline.settings import run_settings
 from xtransformer.utils import hardware
 
@@ -39,7 +38,9 @@ def test_auto_precision_is_bf16_only_where_native(cpu_bf16, native, expected):
     cpu_bf16(native)
     s = _settings("method=xrtransformer")  # the method's config asks for auto
     assert s.trainer.precision == expected
-    assert s.trainer_kwargs["precision"] == expected  # what Lightning gets
+    from xtransformer.context import TrainContext
+
+    assert TrainContext(trainer=s.trainer, lightning=s.lightning).trainer_kwargs["precision"] == expected  # Lightning
     assert s.records()["train"]["trainer"]["precision"] == expected  # what the model folder and loggers read
 
 
@@ -48,9 +49,10 @@ def test_auto_precision_keys_the_weights_it_trains(cpu_bf16):
     keys = {}
     for native in (True, False):
         cpu_bf16(native)
-        keys[native] = stage_keys(_settings("method=xrtransformer"), "src", ["train", "test"], xr_levels=[4, 16])
-    assert keys[True].xr_levels[0] != keys[False].xr_levels[0]
-    assert keys[True].tfidf == keys[False].tfidf and keys[True].xrlinear == keys[False].xrlinear
+        keys[native] = _settings("method=xrtransformer").stage_keys("src", 90)
+    assert keys[True]["xrtransformer"]["xrlevel"][0] != keys[False]["xrtransformer"]["xrlevel"][0]
+    assert keys[True]["xrlinear"] == keys[False]["xrlinear"]
+    assert keys[True]["xrtransformer"]["tfidf"] == keys[False]["xrtransformer"]["tfidf"]
 
 
 def test_explicit_bf16_on_an_emulating_cpu_is_kept_with_a_warning(cpu_bf16, caplog):

@@ -1,12 +1,13 @@
-"""Property test of the stage keys (``pipeline/keys.py``) against the settings records.
+"""Property test of the stage keys (each method's ``stage_keys``) against the settings records.
 
-For every field of every config group the run reads, change it to another valid value and
-recompute all stage keys from the settings alone:
+For every field of every settings record a run's methods read, change it to another valid value
+and recompute that method's stage keys from the settings alone:
 - a training setting of a stage changes that stage's key and every key downstream of it;
 - a run setting (names, threads, progress, paths) and a prediction setting of a final model
   (beam, top-k, post-processor, head combination) change no key at all;
 - a prediction setting of the matcher (top-b, embedding dtype, ...) changes no key of the matcher's
-  weights, only its outputs and the stages trained on them (matcher-aware negatives, neural features).
+  weights, only its outputs and the stages trained on them (matcher-aware negatives, neural features);
+- the linear model a disentangled leaf level is counted from keys the neural tree only at λ > 1.
 """
 
 from __future__ import annotations
@@ -21,26 +22,28 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from xtransformer.errors import UserError
-from xtransformer.pipeline.keys import stage_keys
+from xtransformer.methods import method_class
 from xtransformer.pipeline.settings import RunSettings, run_settings
-from xtransformer.pipeline.stages import xr_plan
 from xtransformer.settings import PREDICT, RUN, TRAIN, Settings, role
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 N_LABELS = 90  # Reuters: the level plan of XR-Transformer needs the label count only
 
-# keys each stage's training settings must change (its own and everything downstream)
+ALL = {"tfidf", "xrlinear", "indexing", "matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal"}
+NEURAL_TREE = {"indexing", "matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal"}
+# keys each group's training settings must change (its own stage and everything downstream)
 DOWNSTREAM = {
-    "tfidf": {"tfidf", "xrlinear", "indexing", "matcher", "matcher_outputs", "ranker", "xr_levels", "xr_outputs",
-              "xrfinal"},
-    "xrlinear": {"xrlinear"},
-    "indexing": {"indexing", "matcher", "matcher_outputs", "ranker", "xr_levels", "xr_outputs", "xrfinal"},
-    "matcher": {"matcher", "matcher_outputs", "ranker", "xr_levels", "xr_outputs", "xrfinal"},
-    "trainer": {"matcher", "matcher_outputs", "ranker", "xr_levels", "xr_outputs", "xrfinal"},
+    "tfidf": ALL,
+    "xrlinear": {"xrlinear"} | NEURAL_TREE,  # in a neural record: the tree's overlap source (λ > 1)
+    "indexing": NEURAL_TREE,
+    "matcher": {"matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal"},
+    "trainer": {"matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal"},
     "ranker": {"ranker"},
-    "xrtransformer": {"xr_levels", "xr_outputs", "xrfinal"},
+    "xrtransformer": {"xrlevel", "xrembed", "xrfinal"},
     "xrtransformer.final": {"xrfinal"},
 }
+# the linear model's fields a disentangled neural tree is counted with (XRLinearConfig.overlap_source)
+OVERLAP_SOURCE = ("xrlinear.nr_splits", "xrlinear.model.")
 # values tried, in order, for fields whose next valid value is not found by the generic rules
 CANDIDATES: dict[str, list[Any]] = {
     "accelerator": ["auto"], "devices": [2], "strategy": ["ddp"], "precision": ["bf16-mixed"],
@@ -57,9 +60,8 @@ def _settings(method: str, *overrides: str) -> RunSettings:
     return run_settings(cfg)
 
 
-def _keys(s: RunSettings) -> dict[str, Any]:
-    levels = xr_plan(N_LABELS, s.indexing, s.xrtransformer, s.matcher) if s.method == "xrtransformer" else None
-    return stage_keys(s, "source", ["train", "test"], levels).as_dict()
+def _keys(name: str, record: Settings, trainer: Settings) -> dict[str, Any]:
+    return method_class(name).stage_keys(record, "source", N_LABELS, trainer)
 
 
 def _alternatives(value: Any, name: str) -> Iterator[Any]:
@@ -116,8 +118,8 @@ def _fields(section: Settings, path: str) -> Iterator[tuple[str, Settings, str, 
             yield f"{path}.{f.name}", section, f.name, role(f)
 
 
-def _replace_path(s: RunSettings, path: str, new_leaf: Settings) -> RunSettings:
-    """``s`` with the record at ``path`` (minus its last component) replaced by ``new_leaf``."""
+def _replace_path(record: Settings, path: str, new_leaf: Settings) -> Settings:
+    """``record`` with the record at ``path`` (minus its last component) replaced by ``new_leaf``."""
     parts = path.split(".")[:-1]
 
     def rebuild(obj: Any, rest: list[str]) -> Any:
@@ -125,7 +127,7 @@ def _replace_path(s: RunSettings, path: str, new_leaf: Settings) -> RunSettings:
             return new_leaf
         return dataclasses.replace(obj, **{rest[0]: rebuild(getattr(obj, rest[0]), rest[1:])})
 
-    return rebuild(s, parts)
+    return rebuild(record, parts)
 
 
 def _stage_of(path: str) -> str:
@@ -135,62 +137,70 @@ def _stage_of(path: str) -> str:
     return top
 
 
-def _in_record(s: RunSettings, path: str) -> str:
-    """TRAIN / PREDICT / RUN as the stage's key sees it (records may depend on other fields: the
+def _in_record(name: str, record: Settings, path: str) -> str:
+    """TRAIN / PREDICT / RUN as the method's keys see it (records may depend on other fields: the
     disentanglement fields are training settings only at n_copies > 1, the beam of XR-Linear only
-    with matcher-aware negatives, the level schedule only for XR-Transformer)."""
+    with matcher-aware negatives, the level schedule only for XR-Transformer, the linear model of a
+    neural record only as the overlap source of a disentangled tree)."""
     parts = path.split(".")
-    record: Any = s
+    if name != "xrlinear" and parts[0] == "xrlinear":
+        counted = record.indexing.n_copies > 1 and path.startswith(OVERLAP_SOURCE)
+        if not counted:
+            return RUN
+        if parts[-1] in ("beam_size", "post_processor"):  # its beam counts the overlap
+            return TRAIN
+    section: Any = record
     for p in parts[:-1]:
-        record = getattr(record, p)
-    name = parts[-1]
-    f = next(f for f in dataclasses.fields(record) if f.name == name)
-    train = (record.training_settings(levels=s.method == "xrtransformer") if parts[0] == "matcher"
-             else record.training_settings())
-    if name in train:
+        section = getattr(section, p)
+    leaf = parts[-1]
+    f = next(f for f in dataclasses.fields(section) if f.name == leaf)
+    train = (section.training_settings(levels=name == "xrtransformer") if parts[0] == "matcher"
+             else section.training_settings())
+    if leaf in train:
         return TRAIN
     return role(f) if role(f) != TRAIN else RUN  # a training field this configuration does not use
 
 
 CASES = [("xtransformer", ()), ("xtransformer", ("ranker=tfidf_tfn",)), ("xrtransformer", ()),
+         ("xtransformer", ("indexing.n_copies=2",)),
          ("xrlinear", ("xrlinear.model.negatives=tfn+man", "xrlinear.indexing.n_copies=2"))]
+
+
+def _check_change(name: str, path: str, which: str, base: dict, keys: dict, reads_matcher: bool) -> None:
+    changed = {k for k in base if base[k] != keys[k]}
+    stage = "trainer" if path.startswith("trainer.") else _stage_of(path)
+    if which == TRAIN:
+        must = DOWNSTREAM[stage] & set(base)
+        if stage in ("matcher", "trainer") and name == "xtransformer" and not reads_matcher:
+            must -= {"ranker", "matcher_outputs"} if stage == "trainer" else {"ranker"}
+        assert must <= changed, f"{name}: {path} (training setting) left {sorted(must - changed)} unchanged"
+    elif which == PREDICT and stage == "matcher":
+        assert not changed & {"tfidf", "indexing", "matcher", "xrlevel"}, (path, changed)
+        assert changed, f"{path}: the matcher's outputs must depend on it"
+    else:
+        assert not changed, f"{name}: {path} ({which} setting) changed keys {sorted(changed)}"
 
 
 @pytest.mark.parametrize("method, overrides", CASES, ids=[f"{m}{'+' if o else ''}{'+'.join(o)}" for m, o in CASES])
 def test_every_training_setting_changes_its_keys_and_no_other_setting_does(method, overrides):
     s = _settings(method, *overrides)
-    base = _keys(s)
-    sections = ["tfidf", "xrlinear", "trainer"] + [n for n in ("indexing", "matcher", "ranker", "xrtransformer")
-                                                    if getattr(s, n) is not None]
     checked = {TRAIN: 0, PREDICT: 0, RUN: 0}
-    for name in sections:
-        for path, record, field_name, _ in _fields(getattr(s, name), name):
-            which = _in_record(s, path)
-            new_record = _mutate(record, field_name)
-            try:
-                mutated = _replace_path(s, path, new_record)
-            except UserError:  # pinned by a cross-field rule of the enclosing record
-                continue
-            keys = _keys(mutated)
-            changed = {k for k in base if base[k] != keys[k]}
-            stage = _stage_of(path)
-            if which == TRAIN:
-                must = {k for k in DOWNSTREAM[stage] if base[k] not in (None, ())}
-                if stage in ("matcher", "trainer") and method == "xtransformer" and not _ranker_reads_matcher(s):
-                    must -= {"ranker"}
-                assert must <= changed, f"{path} (training setting) left {sorted(must - changed)} unchanged"
-                assert "xrlinear" not in changed or stage in ("tfidf", "xrlinear"), f"{path} changed xrlinear"
-            elif which == PREDICT and stage == "matcher":
-                assert not changed & {"tfidf", "xrlinear", "indexing", "matcher", "xr_levels"}, (path, changed)
-                assert changed, f"{path}: the matcher's outputs must depend on it"
-            else:
-                assert not changed, f"{path} ({which} setting) changed keys {sorted(changed)}"
-            checked[which] += 1
+    for name, record in s.methods.items():
+        base = _keys(name, record, s.trainer)
+        reads = name == "xtransformer" and (record.ranker.features != "tfidf" or "man" in record.ranker.negatives)
+        for group in [f.name for f in dataclasses.fields(record)]:
+            for path, section, field_name, _ in _fields(getattr(record, group), group):
+                which = _in_record(name, record, path)
+                try:
+                    mutated = _replace_path(record, path, _mutate(section, field_name))
+                except UserError:  # pinned by a cross-field rule of the enclosing record
+                    continue
+                _check_change(name, path, which, base, _keys(name, mutated, s.trainer), reads)
+                checked[which] += 1
+        for path, section, field_name, _ in _fields(s.trainer, "trainer"):  # placement and precision
+            keys = _keys(name, record, _mutate(section, field_name))
+            _check_change(name, path, TRAIN if name != "xrlinear" else RUN, base, keys, reads)
     assert checked[TRAIN] >= 20 and checked[RUN] >= 3, checked
-
-
-def _ranker_reads_matcher(s: RunSettings) -> bool:
-    return s.ranker.features != "tfidf" or "man" in s.ranker.negatives
 
 
 def test_data_key_is_content_not_path_or_time(tmp_path):
@@ -201,18 +211,21 @@ def test_data_key_is_content_not_path_or_time(tmp_path):
 
     from test_data import write_text_dataset
     from xtransformer.data import load_dataset
+    from xtransformer.data.inputs import LabeledData
+
+    def key(folder: Path) -> str:
+        return LabeledData.from_split(load_dataset(str(folder), cache_dir=tmp_path / "c"), "train").key
 
     splits = {"train": (["a b c", "c d e", "e f g", "g h i"], ["x", "y", "x y", "y"]),
               "dev": (["a b", "g i"], ["x", "y"]), "test": (["a c", "e g"], ["x", "y"])}
     first = write_text_dataset(tmp_path / "d1", splits)
-    key = load_dataset(str(first), cache_dir=tmp_path / "c").source_key
     copy = tmp_path / "elsewhere" / "d1"  # the same data set (its name is its folder's) in another place
     shutil.copytree(first, copy)
     for f in copy.iterdir():
         os.utime(f, (1, 1))
-    assert load_dataset(str(copy), cache_dir=tmp_path / "c").source_key == key
+    assert key(copy) == key(first)
     (copy / "train_labels.txt").write_text("x\ny\nx\ny\n")
-    assert load_dataset(str(copy), cache_dir=tmp_path / "c").source_key != key
+    assert key(copy) != key(first)
 
 
 def test_old_names_of_the_xrlinear_switches_still_work(caplog):

@@ -9,9 +9,9 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from test_matcher_train import TRAINER, LossRecorder
-from tiny_models import tiny_model_dir, toy_xmc
-from xtransformer.matcher import MatcherConfig, train_matcher
+from test_matcher_train import LossRecorder, fine_tune
+from tiny_models import tiny_model_dir
+from xtransformer.matcher import MatcherConfig
 
 
 class Crash(pl.Callback):
@@ -25,11 +25,11 @@ class Crash(pl.Callback):
             raise RuntimeError("simulated crash")
 
 
-def _weights(out_dir: Path) -> dict[str, torch.Tensor]:
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    head = torch.load(out_dir / "model" / "head.pt")
-    encoder = load_file(out_dir / "model" / "encoder" / "model.safetensors")
+    head = load_file(folder / "head.safetensors")
+    encoder = load_file(folder / "encoder" / "model.safetensors")
     return {**{f"head.{k}": v for k, v in head.items()}, **encoder}
 
 
@@ -39,23 +39,21 @@ def _weights(out_dir: Path) -> dict[str, torch.Tensor]:
 ])
 def test_resume_equals_uninterrupted(tmp_path: Path, batch_size: int, every: int, crash_at: int,
                                      resumed_step: int) -> None:
-    data = toy_xmc()
     cfg = MatcherConfig(model_name_or_path=str(tiny_model_dir("bert")), max_length=32, batch_size=batch_size,
                         lr=3e-3, head_lr=3e-2, max_steps=6, checkpoint_every_n_steps=every, topb=2,
                         cache_dir=str(tmp_path / "cache"), progress=False, seed=7)
     straight = LossRecorder()
-    train_matcher(cfg, TRAINER, *data, tmp_path / "straight", callbacks=[straight])
+    first = fine_tune(cfg, tmp_path / "straight", [straight])
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train_matcher(cfg, TRAINER, *data, tmp_path / "resumed", callbacks=[Crash(crash_at)])
-    assert not (tmp_path / "resumed" / "outputs.json").exists()
+        fine_tune(cfg, tmp_path / "resumed", [Crash(crash_at)])
+    assert not list((tmp_path / "resumed" / "stages" / "matcher").glob("toy")), "a crashed stage is not committed"
     resumed = LossRecorder()
-    out = train_matcher(cfg, TRAINER, *data, tmp_path / "resumed", callbacks=[resumed])
+    second = fine_tune(cfg, tmp_path / "resumed", [resumed])
 
-    assert out.metrics["resumed_from"].endswith("last.ckpt")
     assert len(resumed.losses) == cfg.max_steps - resumed_step  # only the missing steps ran
     assert resumed.losses == pytest.approx(straight.losses[resumed_step:], abs=1e-5)
-    a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "resumed")
+    a, b = _weights(first), _weights(second)
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-5, msg=name)

@@ -1,4 +1,4 @@
-"""train_matcher / predict_matcher end to end on a tiny model (single CPU process)."""
+"""The matcher stage end to end on a tiny model (single CPU process): fine-tune, cache, encode."""
 
 from __future__ import annotations
 
@@ -11,20 +11,19 @@ import pytest
 import scipy.sparse as sp
 
 from tiny_models import tiny_model_dir, toy_xmc
+from xtransformer.cache import StageCache
+from xtransformer.context import TrainContext
+from xtransformer.data.inputs import LabeledData
 from xtransformer.encoders import ModelNotFoundError
-from xtransformer.matcher import (
-    MatcherConfig,
-    MatcherInputError,
-    MatcherOutputs,
-    load_matcher_model,
-    predict_matcher,
-    train_matcher,
-)
+from xtransformer.matcher import EncodeOptions, LoadedMatcher, MatcherConfig, MatcherInputError, fine_tune_matcher
+from xtransformer.matcher.datamodule import instance_cluster_targets
 from xtransformer.encoders import tokens as tokens_mod
 from xtransformer.matcher import train as train_mod
+from xtransformer.matcher.train import topb_recall
 
-TRAINER = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False, "enable_model_summary": False,
-           "num_sanity_val_steps": 0, "log_every_n_steps": 1}
+# the Trainer kwargs beside placement and precision (TrainContext.lightning)
+TRAINER = {"enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
+           "log_every_n_steps": 1}
 
 
 class LossRecorder(pl.Callback):
@@ -44,95 +43,95 @@ def _cfg(tmp_path: Path, **overrides: Any) -> MatcherConfig:
     return MatcherConfig(**values)
 
 
+def toy_data() -> tuple[dict[str, LabeledData], sp.csr_matrix]:
+    """The toy task's splits as fit reads them, and its label-to-cluster matrix."""
+    texts, Y, C = toy_xmc()
+    ids = [f"L{j}" for j in range(C.shape[0])]
+    return {s: LabeledData.build(texts[s], Y[s], ids) for s in texts}, C
+
+
+def fine_tune(cfg: MatcherConfig, cache: Path, callbacks: list[Any] = (), key: str = "toy", **lightning: Any) -> Path:
+    data, C = toy_data()
+    ctx = TrainContext(cache=StageCache(cache), lightning={**TRAINER, **lightning}, callbacks=list(callbacks))
+    return fine_tune_matcher(ctx, key, data["train"], C, cfg, data["dev"])
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[MatcherOutputs, LossRecorder, MatcherConfig, tuple]:
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, LossRecorder, MatcherConfig]:
     tmp = tmp_path_factory.mktemp("matcher")
-    data = toy_xmc()
     recorder = LossRecorder()
-    cfg = _cfg(tmp, save_embeddings_dtype="float16", normalize_embeddings=True)
-    out = train_matcher(cfg, TRAINER, *data, tmp / "out", callbacks=[recorder])
-    return out, recorder, cfg, data
+    cfg = _cfg(tmp)
+    return fine_tune(cfg, tmp / "cache", [recorder]), recorder, cfg
 
 
-def test_artifacts_have_the_documented_shapes(trained: tuple) -> None:
-    out, _, cfg, (texts, Y, C) = trained
-    hidden = load_matcher_model(out.model_dir).meta["hidden_size"]
-    assert out.splits == ("train", "dev", "test")
-    for split, docs in texts.items():
-        emb = out.embeddings(split)
-        assert emb.shape == (len(docs), hidden) and emb.dtype == np.float16
-        np.testing.assert_allclose(np.linalg.norm(emb.astype(np.float32), axis=1), 1.0, atol=2e-3)
-        top = out.topb(split)
-        assert sp.isspmatrix_csr(top) and top.shape == (len(docs), C.shape[1])
-        assert (np.diff(top.indptr) == cfg.topb).all()  # exactly b clusters per document
-    model = out.model_dir
-    assert (model / "encoder" / "config.json").is_file() and (model / "head.pt").is_file()
-    assert (model / "encoder" / "tokenizer.json").is_file() and (model / "matcher_config.json").is_file()
-    metrics = out.metrics
-    assert set(metrics[f"recall@{cfg.topb}"]) == {"train", "dev", "test"}
-    assert metrics["global_step"] == cfg.max_steps
-    assert (out.out_dir / "logs").is_dir()
+def test_folder_and_encodings_have_the_documented_shapes(trained: tuple) -> None:
+    folder, _, cfg = trained
+    assert (folder / "encoder" / "config.json").is_file() and (folder / "head.safetensors").is_file()
+    assert (folder / "encoder" / "tokenizer.json").is_file() and (folder / "matcher_config.json").is_file()
+    assert not list(folder.rglob("*.pt")), "no pickles in a matcher folder"
+    matcher = LoadedMatcher.load(folder)
+    assert matcher.meta["global_step"] == cfg.max_steps and "cache_dir" not in matcher.meta
+    data, C = toy_data()
+    for split, part in data.items():
+        pred = matcher.encode(part.texts, EncodeOptions(topb=cfg.topb, normalize=True, progress=False))
+        assert pred.embeddings.shape == (len(part), matcher.meta["hidden_size"]) and pred.embeddings.dtype == np.float32
+        np.testing.assert_allclose(np.linalg.norm(pred.embeddings, axis=1), 1.0, atol=1e-5)
+        assert sp.isspmatrix_csr(pred.topb) and pred.topb.shape == (len(part), C.shape[1])
+        assert (np.diff(pred.topb.indptr) == cfg.topb).all()  # exactly b clusters per document
 
 
 def test_loss_decreases_and_matcher_learns(trained: tuple) -> None:
-    out, recorder, cfg, _ = trained
+    folder, recorder, cfg = trained
     losses = recorder.losses
     assert len(losses) == cfg.max_steps
     assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4])
     # 4 clusters, top-3: a learnt matcher keeps almost every true cluster (chance: 0.75).
-    assert out.metrics["recall@3"]["test"] > 0.9
+    data, C = toy_data()
+    pred = LoadedMatcher.load(folder).encode(data["test"].texts, EncodeOptions(topb=3, progress=False))
+    assert topb_recall(pred.topb, instance_cluster_targets(data["test"].Y, C)) > 0.9
+    small = LoadedMatcher.load(folder).encode(["a new text nobody has seen"], EncodeOptions(topb=2, progress=False))
+    assert small.topb.shape == (1, C.shape[1]) and small.topb.nnz == 2
 
 
-def test_predict_matcher_matches_saved_artifacts(trained: tuple) -> None:
-    out, _, cfg, (texts, _, _) = trained
-    pred = predict_matcher(out.model_dir, texts["test"], progress=False)
-    assert pred.embeddings.dtype == np.float32
-    np.testing.assert_allclose(pred.embeddings, out.embeddings("test").astype(np.float32), atol=2e-3)
-    saved = out.topb("test")
-    np.testing.assert_array_equal(pred.topb.indices, saved.indices)
-    np.testing.assert_allclose(pred.topb.data, saved.data, atol=1e-4)
-    small = predict_matcher(out.model_dir, ["a new text nobody has seen"], topb=2, progress=False)
-    assert small.topb.shape == (1, saved.shape[1]) and small.topb.nnz == 2
-
-
-def test_second_call_reuses_outputs_and_model(trained: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
-    out, _, cfg, data = trained
+def test_second_call_reuses_the_stage(trained: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, _, cfg = trained
 
     def no_training(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("retrained although nothing that shapes the weights changed")
 
-    monkeypatch.setattr(train_mod, "_fit", no_training)
-    again = train_matcher(cfg, TRAINER, *data, out.out_dir)
-    assert again.splits == out.splits
-    np.testing.assert_array_equal(again.embeddings("dev"), out.embeddings("dev"))
-    # Only an inference setting changes: the fine-tuned model is reused, the shortlist redone.
-    wider = train_matcher(_cfg(out.out_dir.parent, save_embeddings_dtype="float16", normalize_embeddings=True,
-                               topb=2), TRAINER, *data, out.out_dir)
-    assert (np.diff(wider.topb("test").indptr) == 2).all()
+    monkeypatch.setattr(train_mod, "fit_resumable", no_training)
+    again = fine_tune(cfg, folder.parents[3])
+    assert again == folder
 
 
 def test_missing_model_fails_before_any_data_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_tokenising(*args: Any, **kwargs: Any) -> None:
+    from xtransformer import XTransformer
+    from xtransformer.data import inputs as inputs_mod
+
+    def no_data_work(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("data work started before the model check")
 
-    monkeypatch.setattr(tokens_mod, "_tokenize", no_tokenising)
-    monkeypatch.setattr(train_mod, "texts_fingerprint", no_tokenising)
+    monkeypatch.setattr(tokens_mod, "_tokenize", no_data_work)
+    monkeypatch.setattr(inputs_mod, "texts_fingerprint", no_data_work)
+    texts, Y, _ = toy_xmc()
     with pytest.raises(ModelNotFoundError, match="matcher.model_name_or_path="):
-        train_matcher(_cfg(tmp_path, model_name_or_path="no-such-org/not-a-model"), TRAINER, *toy_xmc(),
-                      tmp_path / "out")
+        XTransformer.fit(texts["train"], Y["train"], matcher={"model_name_or_path": "no-such-org/not-a-model"})
 
 
 def test_bad_inputs_are_named(tmp_path: Path) -> None:
-    texts, Y, C = toy_xmc()
+    data, C = toy_data()
     cfg = _cfg(tmp_path)
     with pytest.raises(MatcherInputError, match="trainer.max_steps"):
-        train_matcher(cfg, {**TRAINER, "max_steps": 3}, texts, Y, C, tmp_path)
+        fine_tune(cfg, tmp_path / "c", max_steps=3)
+    ctx = TrainContext(cache=StageCache(tmp_path / "c"), lightning=TRAINER)
     with pytest.raises(MatcherInputError, match="C has"):
-        train_matcher(cfg, TRAINER, texts, Y, C[:5], tmp_path)
-    with pytest.raises(MatcherInputError, match="'train'"):
-        train_matcher(cfg, TRAINER, {"dev": texts["dev"]}, Y, C, tmp_path)
-    with pytest.raises(MatcherInputError, match="dense|sparse"):
-        train_matcher(cfg, TRAINER, texts, {**Y, "train": Y["train"].toarray()}, C, tmp_path)
+        fine_tune_matcher(ctx, "k", data["train"], C[:5], cfg)
+    with pytest.raises(MatcherInputError, match="Y\\[train\\] · C is empty"):
+        fine_tune_matcher(ctx, "k", data["train"], sp.csr_matrix(C.shape, dtype=np.float32), cfg)
+    from xtransformer.data import DataError
+
+    with pytest.raises(DataError, match="sparse N x L matrix or one list"):
+        LabeledData.build(data["train"].texts, data["train"].Y.toarray())
 
 
 def test_progress_log_reports_step_loss_and_eta(caplog: pytest.LogCaptureFixture) -> None:

@@ -156,7 +156,7 @@ def test_block_view_is_the_block_matrix(bias):
     groups = make_groups(C, tfn_mask(Y, C))
     batch = np.arange(groups.n_groups)
     bd = build_block(X, Y, groups, batch, bias=bias)
-    block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, 1.0, 1.0, materialise=True)
+    block = Block.from_rows(X, bd, bias, 1.0, 1.0, materialise=True)
     Xf = with_bias(X, bias).toarray() if bias > 0 else X.toarray()
     r0 = c0 = 0
     for t in range(len(batch)):
@@ -168,7 +168,7 @@ def test_block_view_is_the_block_matrix(bias):
         np.testing.assert_array_equal(cols, np.flatnonzero(Xf[rows].any(0)))  # exactly the features present
         r0, c0 = r0 + len(rows), c0 + len(cols)
     assert block.X.has_sorted_indices and np.all(np.diff(block.X.indices[block.X.indptr[0]:block.X.indptr[1]]) > 0)
-    view = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, 1.0, 1.0)
+    view = Block.from_rows(X, bd, bias, 1.0, 1.0)
     own = Block.from_scipy(block.X, bd.row_len, bd.col_len, bd.Y)
     params = SolverParams(**TIGHT)
     shape = (len(bd.col_feature), bd.Y.shape[1])
@@ -493,7 +493,7 @@ def test_solver_hands_back_the_kept_weights_only(loss):
     params = SolverParams(loss=loss, **TIGHT)
 
     def solve(threshold):
-        block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, 1.0, bd.Y, 1.0, 1.0,
+        block = Block.from_rows(X, bd, 1.0, 1.0, 1.0,
                                 materialise=loss != "squared_hinge")
         return solve_block(block, params, threshold)
 
@@ -522,7 +522,7 @@ def test_task_read_in_place_equals_the_task_copied(bias):
     out = []
     for source in (X, wide):
         bd = build_block(source, Y, groups, np.arange(groups.n_groups), bias=bias)
-        block = Block.from_rows(source, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, 1.0, 1.0)
+        block = Block.from_rows(source, bd, bias, 1.0, 1.0)
         kept = solve_block(block, SolverParams(**TIGHT))
         W = np.zeros((source.shape[1] + 1, bd.Y.shape[1]), np.float32)
         W[bd.col_feature[kept.col], kept.slot] = kept.val

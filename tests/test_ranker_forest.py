@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model_helpers import labels_record
 from xtransformer.data import load_dataset, tfidf_features
 from xtransformer.indexing import IndexingConfig
 from xtransformer.metrics import evaluate
@@ -20,7 +19,7 @@ def reuters(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def forest(reuters):
-    from xtransformer.pipeline.stages import tree_model
+    from xtransformer.methods.xrlinear import fit_tree_model as tree_model
 
     X, ds = reuters
     icfg, mcfg = IndexingConfig(max_leaf_size=8, seed=3), HierarchicalLinearConfig(topk=5, threads=1)
@@ -79,24 +78,19 @@ def test_forest_round_trips_and_a_folder_loads_as_what_it_holds(forest, reuters,
         LinearForest([one])
 
 
-def test_xrlinear_folder_with_a_forest_predicts_as_the_forest(forest, reuters, tmp_path):
-    from xtransformer.data.tfidf import TfidfConfig, _vectorizer
-    from xtransformer.model import XMCModel
-    from xtransformer.model.export import write_xrlinear
+def test_xrlinear_folder_with_a_forest_predicts_as_the_forest(reuters, tmp_path):
+    from xtransformer import XMCModel, XRLinear
 
     _, ds = reuters
-    vec = _vectorizer(TfidfConfig())
-    X = vec.fit_transform(ds.splits["train"].texts).tocsr()
-    from xtransformer.pipeline.stages import tree_model
-
-    model, _ = tree_model(IndexingConfig(max_leaf_size=8), 4, HierarchicalLinearConfig(threads=1), X,
-                          ds.splits["train"].Y, ds.vocab.ids, n_trees=2)
-    write_xrlinear(tmp_path / "xrlinear", "xrlinear", vec, X.shape[1], model, {"dataset": "reuters"},
-                   labels_record(len(ds.vocab)))
+    train = ds.splits["train"]
+    model = XRLinear.fit(train.texts, train.Y, label_ids=ds.vocab.ids,
+                         xrlinear={"indexing": {"max_leaf_size": 8}, "nr_splits": 4, "n_trees": 2, "model": {"threads": 1}})
+    assert isinstance(model.model, LinearForest)
+    model.save(tmp_path / "xrlinear")
     loaded = XMCModel.load(tmp_path / "xrlinear")
     texts = ds.splits["dev"].texts[:50]
-    want = model.predict(vec.transform(texts).tocsr())
-    assert isinstance(loaded.predictor.model, LinearForest)
+    want = model.model.predict(model.tfidf.from_texts(texts))
+    assert isinstance(loaded, XRLinear) and isinstance(loaded.model, LinearForest)
     assert (loaded.predict_csr(texts) != want).nnz == 0
     # a per-call setting reaches every tree, and leaves the loaded model's own settings alone
     assert (np.diff(loaded.predict_csr(texts, topk=1).indptr) <= 1).all()
@@ -104,10 +98,9 @@ def test_xrlinear_folder_with_a_forest_predicts_as_the_forest(forest, reuters, t
 
 
 def test_n_trees_settings_fail_naming_the_key():
-    from xtransformer.pipeline.settings import XRLinearConfig
+    from xtransformer.methods.xrlinear import XRLinearConfig
+    from xtransformer.methods.xrtransformer.config import FinalModelConfig, XRTransformerConfigError
     from xtransformer.settings import SettingsError
-    from xtransformer.xrtransformer import XRTransformerConfigError
-    from xtransformer.xrtransformer.config import FinalModelConfig
 
     with pytest.raises(SettingsError, match=r"xrlinear.n_trees=0: must be an int >= 1"):
         XRLinearConfig(n_trees=0)

@@ -16,8 +16,8 @@ import torch
 
 from xtransformer.matcher.config import MatcherConfig, MatcherConfigError
 from xtransformer.matcher.loss import hinge_weights, weighted_squared_hinge
-from xtransformer.xrtransformer import XRTransformerConfig, XRTransformerConfigError
-from xtransformer.xrtransformer.levels import (
+from xtransformer.methods.xrtransformer.config import XRTransformerConfig, XRTransformerConfigError
+from xtransformer.methods.xrtransformer.levels import (
     children_table,
     count_targets,
     inherit_head,
@@ -97,17 +97,18 @@ def test_shortlist_loss_equals_dense_loss_restricted_to_the_shortlist():
 
 def test_shortlist_holds_positives_and_children_of_predicted_parents(tmp_path):
     from tiny_models import build_tiny
-    from xtransformer.xrtransformer.module import XRLevelModule
+    from xtransformer.matcher.module import TrainOptions
+    from xtransformer.methods.xrtransformer.module import XRLevelModule
 
     levels = tree_levels(CHAIN)
     model = build_tiny("bert", tmp_path / "tiny")
-    module = XRLevelModule(str(model), 6, pooling="cls")
+    module = XRLevelModule(str(model), 6, TrainOptions(pooling="cls"))
     H = module.head.in_features
     # a previous head that ranks top cluster... by the first embedding coordinate's sign
     prev_W = np.zeros((4, H), np.float32)
     prev_W[:, 0] = [1.0, -1.0, 0.5, -0.5]
     module.setup_level(2, children=children_table(levels[2]), prev_head=(prev_W, np.zeros(4, np.float32)),
-                       negatives="tfn+man", only_topk=1)
+                       loss=XRTransformerConfig(negatives="tfn+man", only_topk=1))
     emb = torch.zeros(3, H)
     emb[:, 0] = torch.tensor([1.0, -1.0, 2.0])  # top parent: 0, 1, 0
     targets = torch.as_tensor(Y.toarray())
@@ -120,7 +121,7 @@ def test_shortlist_holds_positives_and_children_of_predicted_parents(tmp_path):
     assert bool((mask >= predicted).all())
     # matcher-aware only: positives + predicted children, nothing else
     module.setup_level(2, children=children_table(levels[2]), prev_head=(prev_W, np.zeros(4, np.float32)),
-                       negatives="man", only_topk=1)
+                       loss=XRTransformerConfig(negatives="man", only_topk=1))
     np.testing.assert_array_equal(module.shortlist_mask(emb, targets, tfn).numpy(),
                                   (predicted | (targets > 0)).numpy())
 
@@ -143,7 +144,7 @@ def test_level_schedule_and_bad_settings():
 
 def test_level_plan_matches_the_built_tree():
     from xtransformer.indexing import ClusterChain, IndexingConfig
-    from xtransformer.pipeline.stages import xr_plan
+    from xtransformer.methods.xrtransformer.model import level_plan as xr_plan
 
     icfg = IndexingConfig(n_clusters=64)
     xcfg = XRTransformerConfig(nr_splits=4)
@@ -192,7 +193,10 @@ def _fine_tune(tmp_path: Path, cache_dir: Path, crash_at: tuple[int, int] | None
 
     from tiny_models import build_tiny
     from xtransformer.cache import StageCache
-    from xtransformer.xrtransformer.train import fine_tune
+    from xtransformer.context import TrainContext
+    from xtransformer.data.inputs import LabeledData
+    from xtransformer.methods.xrtransformer.finetune import fine_tune
+    from xtransformer.utils.io import settings_key
 
     class CrashAt(pl.Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -208,17 +212,23 @@ def _fine_tune(tmp_path: Path, cache_dir: Path, crash_at: tuple[int, int] | None
         (model / "1_Pooling" / "config.json").write_text(json.dumps({f"pooling_mode_{pooling_declared}_tokens": True}))
     mcfg = MatcherConfig(model_name_or_path=str(model), max_length=32, batch_size=8, lr=1e-3, level_steps=list(steps),
                          checkpoint_every_n_steps=2, progress=False, cache_dir=str(tmp_path / "tok"))
-    trainer = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False, "enable_model_summary": False,
-               "num_sanity_val_steps": 0, "log_every_n_steps": 1, "logger": False}
+    lightning = {"enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
+                 "log_every_n_steps": 1}
     xcfg = XRTransformerConfig(**{"nr_splits": 2, "eval_docs": None, "only_topk": 1, **xr_settings})
-    from xtransformer.pipeline.keys import level_keys
-
     cache = StageCache(cache_dir)
     n_levels = 1 if xcfg.levels == "last" else len(steps)
-    keys = level_keys("base", [0] * n_levels, mcfg.level_schedule(n_levels))
-    tuned = fine_tune(mcfg, xcfg, {k: v for k, v in trainer.items() if k != "logger"}, texts, Ys, chain, cache,
-                      keys, "embed-" + keys[-1], eval_split="test", callbacks=[CrashAt()])
+    keys = [settings_key("level", t, sched) for t, sched in enumerate(mcfg.level_schedule(n_levels))]
+    ctx = TrainContext(cache=cache, lightning=lightning, callbacks=[CrashAt()])
+    ids = [f"L{j}" for j in range(C.shape[0])]
+    train, test = (LabeledData.build(texts[s], Ys[s], ids) for s in ("train", "test"))
+    tuned = fine_tune(ctx, train, chain, mcfg, xcfg, keys, test)
     return tuned, cache
+
+
+def _embed(tuned, split: str) -> np.ndarray:
+    from xtransformer.matcher import EncodeOptions, LoadedMatcher
+
+    return LoadedMatcher.load(tuned.model_dir).encode(_toy()[0][split], EncodeOptions(progress=False)).embeddings
 
 
 @pytest.mark.slow
@@ -234,7 +244,7 @@ def test_killed_during_level_two_resumes_there_and_ends_the_same(tmp_path):
     fresh, _ = _fine_tune(tmp_path, tmp_path / "fresh")
     assert [lv["clusters"] for lv in fresh.levels] == [lv["clusters"] for lv in resumed.levels]
     for split in ("train", "test"):
-        np.testing.assert_allclose(resumed.outputs.embeddings(split), fresh.outputs.embeddings(split), atol=1e-5)
+        np.testing.assert_allclose(_embed(resumed, split), _embed(fresh, split), atol=1e-5)
     assert [lv.get("eval_recall@1") for lv in resumed.levels] == [lv.get("eval_recall@1") for lv in fresh.levels]
 
 
@@ -245,7 +255,7 @@ def test_every_level_pools_as_the_pretrained_model_declares(tmp_path):
     from xtransformer.encoders import default_pooling
 
     _fine_tune(tmp_path, tmp_path / "cache", steps=(2, 2, 2), pooling_declared="mean")
-    metas = sorted((tmp_path / "cache" / "stages" / "xrlevel").glob("*/matcher_config.json"))
+    metas = sorted((tmp_path / "cache" / "stages" / "xrlevel").glob("*/matcher/matcher_config.json"))
     assert [json.loads(m.read_text())["pooling_resolved"] for m in metas] == ["mean"] * 3
     assert [default_pooling("bert", m.parent / "encoder") for m in metas] == ["mean"] * 3  # BERT's own: cls
 
@@ -260,10 +270,12 @@ def test_ablation_settings_train(tmp_path, settings, steps):
     tuned, cache = _fine_tune(tmp_path, tmp_path / "cache", steps=steps, **settings)
     assert [lv["steps"] for lv in tuned.levels] == list(steps)
     assert len(tuned.levels) == (1 if settings.get("levels") == "last" else 3)
-    assert tuned.levels[-1]["clusters"] == tuned.outputs.topb("test").shape[1]  # the finest level last
+    from xtransformer.matcher import LoadedMatcher
+
+    assert tuned.levels[-1]["clusters"] == LoadedMatcher.load(tuned.model_dir).head.out_features  # the finest level last
     if settings.get("bootstrap") == "weighted-linear":
         assert [lv["bootstrap"] for lv in tuned.levels] == ["fresh", "weighted-linear", "weighted-linear"]
-    emb = tuned.outputs.embeddings("test")
+    emb = _embed(tuned, "test")
     assert np.isfinite(emb).all() and emb.shape[0] == len(_toy()[0]["test"])
 
 

@@ -1,16 +1,37 @@
-"""xtransformer: X-Transformer / XR-Transformer for extreme multi-label text classification."""
+"""xtransformer: X-Transformer / XR-Transformer for extreme multi-label text classification.
+
+    from xtransformer import XRLinear, XMCModel
+    model = XRLinear.fit(texts, labels)        # labels: lists of label ids, or a sparse N x L matrix
+    model.save("my-model")
+    XMCModel.load("my-model").predict(["a new document"], k=5)
+
+Names load on first use: predicting with a linear model imports neither torch nor Lightning.
+"""
 
 __version__ = "0.1.0"
 
-from xtransformer import resolvers as _resolvers
+from xtransformer import resolvers as _resolvers  # noqa: E402
 
 _resolvers.register()
 
+_EXPORTS = {
+    "XMCModel": "xtransformer.methods.base",
+    "XRLinear": "xtransformer.methods.xrlinear",
+    "XTransformer": "xtransformer.methods.xtransformer",
+    "XRTransformer": "xtransformer.methods.xrtransformer",
+    "Combination": "xtransformer.methods.combination",
+    "TrainContext": "xtransformer.context",
+    "TrainerConfig": "xtransformer.context",
+    "StageCache": "xtransformer.cache",
+    "LabeledData": "xtransformer.data.inputs",
+    "load_dataset": "xtransformer.data.dataset",
+}
+__all__ = sorted(_EXPORTS)
+
 
 def __getattr__(name: str):
-    # `from xtransformer import XMCModel` without importing the training stack
-    if name == "XMCModel":
-        from xtransformer.model import XMCModel
+    if name in _EXPORTS:
+        import importlib
 
-        return XMCModel
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

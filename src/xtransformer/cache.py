@@ -3,10 +3,14 @@
 One cache serves every stage (TF-IDF, XR-Linear, indexing, matcher, ranker, XR-Transformer levels
 and final model). A folder is trusted only when it finished writing (``atomic_dir``) *and* every
 file still matches its checksum: a folder corrupted in place, truncated or swapped is named in a
-warning, removed and rebuilt. Keys come from content and settings (``pipeline/keys.py``), never
+warning, removed and rebuilt. Keys come from content and settings (each method's ``stage_keys``), never
 from paths or file times, so a copied cache is still a cache. ``enabled=False`` reads nothing and
 writes nothing under ``root``: stages then build in a scratch folder removed by :meth:`close`.
 ``events`` records what ran and what was reused, so tests assert on behaviour rather than on time.
+
+A stage that trains a model across DDP processes is built ``collective``: every rank calls the
+build (the fit is a collective operation), rank 0 alone commits the folder and the others wait for
+it. Work that must outlive a killed run (training checkpoints) goes in :meth:`StageCache.work_dir`.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from xtransformer.utils.dist import is_rank_zero
 from xtransformer.utils.io import atomic_dir, first_mismatch, is_complete, load_json, remove_stale_tmp, save_json
 
 log = logging.getLogger(__name__)
@@ -29,7 +35,8 @@ log = logging.getLogger(__name__)
 class StageCache:
     root: Path
     enabled: bool = True
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (stage, key, ran|reused|rebuilt)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (stage, key, ran|reused|corrupt)
+    seconds: dict[str, float] = field(default_factory=dict)  # build time per stage name, summed
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -65,19 +72,42 @@ class StageCache:
         shutil.rmtree(folder, ignore_errors=True)
         return False
 
-    def run(self, stage: str, key: str, build: Callable[[Path], None], settings: Any = None) -> Path:
-        """Return the complete folder for (stage, key), calling ``build(tmp_dir)`` if missing or corrupt."""
+    def work_dir(self, stage: str, key: str) -> Path:
+        """A folder for (stage, key)'s work in progress that survives a killed run (checkpoints)."""
+        return self.base / "stages" / stage / "_work" / key
+
+    def run(self, stage: str, key: str, build: Callable[[Path], None], settings: Any = None,
+            collective: bool = False) -> Path:
+        """Return the complete folder for (stage, key), calling ``build(tmp_dir)`` if missing or corrupt.
+
+        ``collective``: on a DDP helper rank, ``build`` runs in a throwaway folder (its fit takes
+        part in the collective work and writes nothing) and the call returns rank 0's folder."""
         folder = self.path(stage, key)
         if self.trusted(stage, key, folder):
             log.info("stage %s: reusing %s", stage, folder)
             self.events.append((stage, key, "reused"))
             return folder
+        if collective and not is_rank_zero():
+            return self._help_build(stage, folder, build)
         log.info("stage %s: building %s", stage, folder)
+        start = time.perf_counter()
         with atomic_dir(folder) as tmp:
             build(tmp)
             save_json({"stage": stage, "key": key, "settings": settings, "pid": os.getpid()}, tmp / "stage.json")
             failpoint(stage)
+        self.seconds[stage] = round(self.seconds.get(stage, 0.0) + time.perf_counter() - start, 3)
         self.events.append((stage, key, "ran"))
+        return folder
+
+    def _help_build(self, stage: str, folder: Path, build: Callable[[Path], None], poll_s: float = 1.0) -> Path:
+        """A helper rank's share of a collective stage: build in scratch, then wait for rank 0's folder."""
+        with tempfile.TemporaryDirectory(prefix=f"xmc-{stage}-rank-") as scratch:
+            build(Path(scratch))
+        parent = os.getppid()
+        while not is_complete(folder):
+            if os.getppid() != parent:
+                raise RuntimeError(f"rank 0 exited before writing {folder}")
+            time.sleep(poll_s)
         return folder
 
     def ran(self, stage: str | None = None) -> list[str]:

@@ -91,7 +91,6 @@ class XMCDataset:
     label_text: list[str]
     n_label_text_missing: int
     eval_split: str
-    source_key: str  # fingerprint of the input files + loading settings, for cache keys
     dev_carved_from_train: bool = False
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -245,9 +244,6 @@ def load_dataset(
     if loader is None:
         raise DataError(f"data.format must be auto, text, xc or npz, got {cfg.format!r}")
     vocab, splits, label_text, n_missing = loader(folder, cfg)
-    files = sorted(p for p in folder.iterdir() if p.is_file())
-    settings = cfg.training_settings()  # the data read, not where it lies or which split is scored
-    source_key = settings_key([file_fingerprint(p) for p in files], settings)
     carved = "dev" not in splits
     if carved:
         splits = _carve_dev(splits, cfg)
@@ -262,7 +258,6 @@ def load_dataset(
         label_text=label_text,
         n_label_text_missing=n_missing,
         eval_split=eval_split,
-        source_key=source_key,
         dev_carved_from_train=carved,
     )
     return ds

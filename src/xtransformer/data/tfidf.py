@@ -1,37 +1,47 @@
-"""TF-IDF features from text, a stage of the stage cache (key: the data's content + settings).
+"""TF-IDF features from text: the settings, the fitted vectoriser as data, and the TF-IDF stage.
 
 Word unigrams + bigrams, sublinear tf, l2-normalised rows, a configurable vocabulary cap: the
-features the XMC literature and PECOS's benchmarks use. The vectoriser is fit on train only;
-dev/test are transformed with it. With ``lead_chars`` > 0 a second TF-IDF block holds the words
-of each document's opening (a legal act's title and header; a paper's title), so the linear
-models weigh them apart from the body: ``[body | lead_weight * lead]``, rows l2-normalised.
-Datasets that come with features (XC / npz formats) pass them through unchanged.
+features the XMC literature and PECOS's benchmarks use. The vectoriser is fit on the training
+documents only; other documents are transformed with it. With ``lead_chars`` > 0 a second TF-IDF
+block holds the words of each document's opening (a legal act's title and header; a paper's
+title), so the linear models weigh them apart from the body: ``[body | lead_weight * lead]``, rows
+l2-normalised. Data that come with features (XC / npz formats) pass them through, l2-normalised.
+
+:class:`TfidfFeatures` is the component every method holds: documents in, the model's TF-IDF rows
+out, saved as plain data (vocabulary JSON list in column order, idf ``.npz``, the analyser
+settings), never a pickle (pickles run code when loaded and break across sklearn versions).
+Rebuilding sklearn's ``TfidfVectorizer`` from them with a fixed vocabulary reproduces the
+features bit for bit.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import pickle
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.preprocessing import normalize
 
-from xtransformer.cache import StageCache
-from xtransformer.data.dataset import XMCDataset
 from xtransformer.data.errors import DataError
-from xtransformer.data.paths import default_cache_dir
+from xtransformer.model.folder import ModelError, load_record
 from xtransformer.settings import Settings, run_field
-from xtransformer.utils.io import load_csr, save_csr, save_json, settings_key
+from xtransformer.utils.io import atomic_path, load_csr, save_csr, save_json, settings_key
 
 log = logging.getLogger(__name__)
 
-VECTORIZER = "vectorizer.pkl"
+SETTINGS = "tfidf.json"
+VOCABULARY = "vocabulary.json"
+IDF = "idf.npz"
+LEAD_DIR = "lead"
+# get_params() entries that are not analyser settings, or that cannot be stored as data
+_SKIP = {"vocabulary", "dtype", "input", "tokenizer", "preprocessor", "analyzer", "stop_words"}
 
 
 @dataclass
@@ -126,67 +136,169 @@ def _transform(vec: TfidfVectorizer | LeadTfidf, texts: list[str], n_jobs: int) 
     return sp.vstack(parts, format="csr")
 
 
-def tfidf_key(source_key: str, cfg: TfidfConfig, splits: list[str]) -> str:
-    """The TF-IDF stage's cache key: the data's content key, the training settings, the splits."""
-    return settings_key("tfidf", source_key, cfg.training_settings(), sorted(splits))
+class TfidfFeatures:
+    """Documents -> the model's TF-IDF input, exactly as training computed it.
+
+    ``vectorizer``: a fitted ``TfidfVectorizer`` or :class:`LeadTfidf`; None for a model trained
+    on given feature rows (``n_features`` columns), which predicts from such rows l2-normalised.
+    """
+
+    def __init__(self, vectorizer: TfidfVectorizer | LeadTfidf | None, n_features: int):
+        self.vectorizer = vectorizer
+        self.n_features = int(n_features)
+
+    @classmethod
+    def fit(cls, texts: Sequence[str], cfg: TfidfConfig) -> tuple["TfidfFeatures", sp.csr_matrix]:
+        """Fit on ``texts``; returns the features and the texts' rows (sorted, l2-normalised)."""
+        t0 = time.perf_counter()
+        vec = _vectorizer(cfg)
+        if cfg.lead_chars:
+            vec = LeadTfidf(vec, _vectorizer(cfg), cfg.lead_chars, cfg.lead_weight)
+        X = vec.fit_transform(list(texts)).tocsr()
+        X.sort_indices()
+        log.info("TF-IDF: %d features, fit on %d documents in %.1fs", X.shape[1], X.shape[0], time.perf_counter() - t0)
+        return cls(vec, n_features(vec)), X
+
+    @property
+    def takes_text(self) -> bool:
+        return self.vectorizer is not None
+
+    def from_texts(self, texts: Sequence[str], n_jobs: int = 1) -> sp.csr_matrix:
+        if self.vectorizer is None:
+            raise DataError("this model was trained on given features, not text: predict from a feature matrix")
+        X = _transform(self.vectorizer, list(texts), n_jobs=n_jobs).tocsr()
+        X.sort_indices()
+        return X
+
+    def from_features(self, X: sp.spmatrix) -> sp.csr_matrix:
+        if not sp.issparse(X) or X.ndim != 2 or X.shape[1] != self.n_features:
+            raise ModelError(f"features must be a sparse N x {self.n_features} matrix, got "
+                             f"{getattr(X, 'shape', type(X).__name__)}")
+        if self.vectorizer is not None:
+            return sp.csr_matrix(X, dtype=np.float32)  # already this model's TF-IDF rows
+        return normalize(X.astype(np.float32), norm="l2", copy=True).tocsr()
+
+    # ------------------------------------------------------------------ as data
+    def save(self, folder: Path) -> None:
+        """Write the vectoriser (or the features-input record) into ``folder``; a lead block's
+        vectoriser goes in ``folder/lead/``."""
+        folder.mkdir(parents=True, exist_ok=True)
+        vec = self.vectorizer
+        if vec is None:
+            save_json({"input": "features", "n_features": self.n_features, "normalize": "l2"}, folder / SETTINGS)
+            return
+        with_lead = isinstance(vec, LeadTfidf)
+        record = {"input": "text", "n_features": self.n_features,
+                  **_save_vectorizer(vec.body if with_lead else vec, folder)}
+        if with_lead:
+            record["lead"] = {"chars": vec.chars, "weight": vec.weight, "dir": LEAD_DIR,
+                              **_save_vectorizer(vec.lead, folder / LEAD_DIR)}
+        save_json(record, folder / SETTINGS)
+
+    @classmethod
+    def load(cls, folder: Path) -> "TfidfFeatures":
+        record = load_record(folder, SETTINGS)
+        vec = _load_vectorizer(folder, record) if record["input"] == "text" else None
+        return cls(vec, int(record["n_features"]))
 
 
-def tfidf_features(
-    ds: XMCDataset,
-    cfg: TfidfConfig | dict | None = None,
-    cache_dir: str | Path | None = None,
-    use_cache: bool = True,
-    cache: StageCache | None = None,
-    key: str | None = None,
-) -> dict[str, sp.csr_matrix]:
-    """TF-IDF matrices (float32 CSR, l2-normalised rows) for every split of ``ds``, through the
-    stage cache (``cache``, else one at ``cache_dir``; ``key`` defaults to :func:`tfidf_key`)."""
-    cfg = TfidfConfig.from_mapping(cfg) if isinstance(cfg, dict) else (cfg or TfidfConfig())
-    if not ds.has_texts:
-        if any(s.X is None for s in ds.splits.values()):
-            raise DataError(f"dataset {ds.name!r} has neither texts nor features for every split")
-        return {name: normalize(s.X.astype(np.float32), norm="l2", copy=True).tocsr() for name, s in ds.splits.items()}
-    own = cache is None
-    cache = cache if cache is not None else StageCache(Path(cache_dir or default_cache_dir()), enabled=use_cache)
-    key = key or tfidf_key(ds.source_key, cfg, list(ds.splits))
+def given_features(X: sp.spmatrix) -> tuple[TfidfFeatures, sp.csr_matrix]:
+    """Data that came with feature rows: their l2-normalised rows, and the features component."""
+    features = TfidfFeatures(None, X.shape[1])
+    return features, features.from_features(X)
+
+
+# ---------------------------------------------------------------------------------------- the stage
+def tfidf_key(data_key: str, cfg: TfidfConfig) -> str:
+    """The TF-IDF stage's cache key: the training documents' content key and the training settings."""
+    return settings_key("tfidf", data_key, cfg.training_settings())
+
+
+def tfidf_stage(cache: Any, data: Any, cfg: TfidfConfig, key: str) -> tuple[TfidfFeatures, sp.csr_matrix]:
+    """The features component and the training documents' rows of ``data``
+    (:class:`~xtransformer.data.inputs.LabeledData`), through the stage cache under ``key``."""
+    if data.texts is None:
+        return given_features(data.features)
 
     def build(tmp: Path) -> None:
-        vec, out = fit_tfidf(ds, cfg)
-        for s, X in out.items():
-            save_csr(X, tmp / f"X.{s}.npz")
-        with open(tmp / VECTORIZER, "wb") as fh:
-            pickle.dump(vec, fh)  # a workspace artifact; model folders store vocabulary + idf (model/tfidf_io.py)
-        save_json({"settings": cfg.training_settings(), "source_key": ds.source_key,
-                   "n_features": out["train"].shape[1]}, tmp / "meta.json")
+        features, X = TfidfFeatures.fit(data.texts, cfg)
+        save_csr(X, tmp / "X.train.npz")
+        features.save(tmp / "tfidf")
 
     folder = cache.run("tfidf", key, build, settings=cfg.training_settings())
-    out = {s: load_csr(folder / f"X.{s}.npz") for s in ds.splits}
-    if own:
+    return TfidfFeatures.load(folder / "tfidf"), load_csr(folder / "X.train.npz")
+
+
+def tfidf_features(ds: Any, cfg: TfidfConfig | dict | None = None, cache_dir: str | Path | None = None,
+                   use_cache: bool = True) -> dict[str, sp.csr_matrix]:
+    """TF-IDF matrices (float32 csr, l2-normalised rows) of every split of a dataset: the vectoriser
+    fit on train through the stage cache at ``cache_dir``, the other splits transformed with it."""
+    from xtransformer.cache import StageCache
+    from xtransformer.data.inputs import LabeledData
+    from xtransformer.data.paths import default_cache_dir
+
+    cfg = TfidfConfig.from_mapping(cfg) if isinstance(cfg, dict) else (cfg or TfidfConfig())
+    train = LabeledData.from_split(ds, "train")
+    cache = StageCache(Path(cache_dir or default_cache_dir()), enabled=use_cache)
+    try:
+        features, X = tfidf_stage(cache, train, cfg, tfidf_key(train.key, cfg))
+    finally:
         cache.close()
+    out = {"train": X}
+    for name, split in ds.splits.items():
+        if name != "train":
+            out[name] = (features.from_texts(split.texts, cfg.n_jobs) if split.texts is not None
+                         else features.from_features(split.X))
     return out
 
 
-def fit_tfidf(ds: XMCDataset, cfg: TfidfConfig) -> tuple[TfidfVectorizer, dict[str, sp.csr_matrix]]:
-    """Fit on train, transform every split (rows sorted, l2-normalised)."""
-    t0 = time.perf_counter()
-    vec = _vectorizer(cfg)
-    if cfg.lead_chars:
-        vec = LeadTfidf(vec, _vectorizer(cfg), cfg.lead_chars, cfg.lead_weight)
-    out = {"train": vec.fit_transform(ds.splits["train"].texts).tocsr()}
-    for name, split in ds.splits.items():
-        if name != "train":
-            out[name] = _transform(vec, split.texts, cfg.n_jobs)
-    for X in out.values():
-        X.sort_indices()
-    log.info("TF-IDF: %d features, fit+transform %.1fs (%s)", out["train"].shape[1], time.perf_counter() - t0,
-             ", ".join(f"{s} {X.shape[0]}x{X.shape[1]}" for s, X in out.items()))
-    return vec, out
+# ---------------------------------------------------------------------------------------- as data
+def _save_vectorizer(vectorizer: Any, folder: Path) -> dict[str, Any]:
+    """Vocabulary and idf files in ``folder``; returns the analyser record."""
+    params = vectorizer.get_params()
+    for key in ("tokenizer", "preprocessor", "stop_words"):
+        if params.get(key) is not None:
+            raise ModelError(f"TF-IDF vectoriser with a custom {key} cannot be stored as data")
+    if params.get("analyzer") != "word":
+        raise ModelError(f"TF-IDF vectoriser with analyzer={params.get('analyzer')!r} cannot be stored as data")
+    terms = [""] * len(vectorizer.vocabulary_)
+    for term, col in vectorizer.vocabulary_.items():
+        terms[col] = term
+    settings = {k: v for k, v in params.items() if k not in _SKIP}
+    settings["ngram_range"] = list(settings["ngram_range"])
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_path(folder / VOCABULARY) as tmp:
+        tmp.write_text(json.dumps(terms, ensure_ascii=False), encoding="utf-8")
+    with atomic_path(folder / IDF) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, idf=np.asarray(vectorizer.idf_))
+    return {"n_terms": len(terms), "dtype": np.dtype(params["dtype"]).name, "vectorizer": settings}
 
 
-def load_vectorizer(folder: str | Path) -> TfidfVectorizer | LeadTfidf:
-    """The fitted vectoriser of a TF-IDF stage folder (to featurise new text at prediction time)."""
-    path = Path(folder) / VECTORIZER
-    if not path.is_file():
-        raise DataError("no TF-IDF vectoriser here; run tfidf_features first", path)
-    with open(path, "rb") as fh:
-        return pickle.load(fh)
+def _load_vectorizer(folder: Path, record: dict[str, Any]) -> Any:
+    body = _load_one(folder, record)
+    lead = record.get("lead")
+    if lead is None:
+        return body
+    vec = LeadTfidf(body, _load_one(folder / lead["dir"], lead), lead["chars"], lead["weight"])
+    if vec.n_features != int(record["n_features"]):
+        raise ModelError(f"{folder}: body and lead vocabularies hold {vec.n_features} terms, the record "
+                         f"says {record['n_features']}")
+    return vec
+
+
+def _load_one(folder: Path, record: dict[str, Any]) -> Any:
+    terms = load_record(folder, VOCABULARY)
+    try:
+        with np.load(folder / IDF, allow_pickle=False) as z:
+            idf = z["idf"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ModelError(f"{folder / IDF}: unreadable ({e})") from None
+    n_terms = int(record["n_terms"] if "n_terms" in record else record["n_features"])  # older folders: n_features
+    if len(terms) != len(idf) or len(terms) != n_terms:
+        raise ModelError(f"{folder}: vocabulary ({len(terms)}) and idf ({len(idf)}) sizes differ")
+    settings = dict(record["vectorizer"])
+    settings["ngram_range"] = tuple(settings["ngram_range"])
+    vec = TfidfVectorizer(vocabulary={t: i for i, t in enumerate(terms)}, dtype=np.dtype(record["dtype"]), **settings)
+    vec.idf_ = idf  # with a fixed vocabulary this is all a fitted vectoriser holds
+    return vec

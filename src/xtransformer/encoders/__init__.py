@@ -19,6 +19,7 @@ pooling, batched embedding), ``errors``.
 
 from xtransformer.encoders.embed import (
     POOLINGS,
+    EmbedOptions,
     autocast_context,
     declare_pooling,
     default_pooling,
@@ -40,7 +41,7 @@ from xtransformer.encoders.tiny import TINY_FAMILIES, TINY_PREFIX, TinySpec, bui
 from xtransformer.utils.io import texts_fingerprint  # re-exported: the matcher's caches key on it
 
 __all__ = [
-    "POOLINGS", "TINY_FAMILIES", "TINY_PREFIX", "ModelNotFoundError", "TinySpec", "autocast_context",
+    "POOLINGS", "TINY_FAMILIES", "EmbedOptions", "TINY_PREFIX", "ModelNotFoundError", "TinySpec", "autocast_context",
     "build_tiny_model", "check_model_available", "declare_pooling", "default_cache_dir", "default_pooling",
     "default_truncate_chars", "embed_texts", "encode_batches", "encoder_forward", "l2_normalize",
     "length_sorted_batches", "load_encoder", "pool_hidden", "pretrained_encoder", "resolve_model", "resolve_pooling",

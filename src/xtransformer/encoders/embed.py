@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -12,13 +14,11 @@ import numpy as np
 import torch
 from torch import nn
 
-
 from xtransformer.encoders.lookup import resolve_model
 from xtransformer.encoders.tokens import tokenize_texts
 from xtransformer.utils.hardware import warn_emulated_bf16
 
 POOLINGS = ("cls", "last", "mean")
-
 
 
 def pretrained_encoder(path: str | os.PathLike) -> nn.Module:
@@ -191,27 +191,32 @@ def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarr
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def embed_texts(
-    model: nn.Module,
-    tokenizer: Any,
-    texts: Sequence[str],
-    max_length: int = 128,
-    batch_size: int = 64,
-    pooling: str | None = "auto",
-    precision: str | int | None = "32",
-    normalize: bool = False,
-    truncate_chars: int | None = None,
-    progress: bool = True,
-) -> np.ndarray:
-    """Dense ``N x H`` float32 embeddings of ``texts`` (e.g. ``text_emb`` / ``pifa_neural`` features)."""
-    pooling = resolve_pooling(pooling, model)
-    tokens = tokenize_texts(tokenizer, texts, max_length, truncate_chars, progress=False)
+@dataclass(frozen=True)
+class EmbedOptions:
+    """How :func:`embed_texts` reads and pools texts."""
+
+    max_length: int = 128
+    batch_size: int = 64
+    pooling: str | None = "auto"
+    precision: str | int | None = "32"
+    normalize: bool = False
+    truncate_chars: int | None = None
+    progress: bool = True
+
+
+def embed_texts(model: nn.Module, tokenizer: Any, texts: Sequence[str], options: EmbedOptions | None = None,
+                **overrides: Any) -> np.ndarray:
+    """Dense ``N x H`` float32 embeddings of ``texts`` (e.g. ``text_emb`` / ``pifa_neural`` features);
+    ``overrides``: fields of :class:`EmbedOptions` over ``options``."""
+    opt = dataclasses.replace(options or EmbedOptions(), **overrides)
+    pooling = resolve_pooling(opt.pooling, model)
+    tokens = tokenize_texts(tokenizer, texts, opt.max_length, opt.truncate_chars, progress=False)
     out = np.zeros((len(tokens), model.config.hidden_size), dtype=np.float32)
-    batches = ((rows, tokens.batch(rows)) for rows in length_sorted_batches(tokens.lengths, batch_size))
-    for rows, emb, _ in encode_batches(model, batches, pooling, precision, progress=progress,
+    batches = ((rows, tokens.batch(rows)) for rows in length_sorted_batches(tokens.lengths, opt.batch_size))
+    for rows, emb, _ in encode_batches(model, batches, pooling, opt.precision, progress=opt.progress,
                                        total=len(tokens), desc="embedding"):
         out[rows] = emb.numpy()
-    return l2_normalize(out) if normalize else out
+    return l2_normalize(out) if opt.normalize else out
 
 
 def default_truncate_chars(max_length: int) -> int:

@@ -14,7 +14,7 @@ from xtransformer.indexing.chain import ClusterChain
 from xtransformer.indexing.config import IndexingConfig
 from xtransformer.indexing.kmeans import hierarchical_kmeans
 from xtransformer.indexing.quality import cluster_quality
-from xtransformer.indexing.representations import EmbedFn, label_representation
+from xtransformer.indexing.representations import EmbedFn, LabelSources, RepresentationOptions, label_representation
 
 
 def build_index(
@@ -35,19 +35,9 @@ def build_index(
     """
     cfg = cfg if isinstance(cfg, IndexingConfig) else IndexingConfig.from_mapping(cfg)
     t0 = time.perf_counter()
-    features, rep_report = label_representation(
-        cfg.name,
-        Y_train,
-        X_tfidf=X_train_tfidf,
-        doc_embeddings=doc_embeddings,
-        label_texts=label_texts,
-        embed_fn=embed_fn,
-        label_ids=label_ids,
-        normalize_y_rows=cfg.normalize_y_rows,
-        orphan_fallback=cfg.orphan_fallback,
-        seed=cfg.seed,
-        threads=cfg.threads,
-    )
+    sources = LabelSources(X_train_tfidf, doc_embeddings, label_texts, embed_fn, label_ids)
+    options = RepresentationOptions(cfg.normalize_y_rows, cfg.orphan_fallback, cfg.seed, cfg.threads)
+    features, rep_report = label_representation(cfg.name, Y_train, sources, options)
     t1 = time.perf_counter()
     chain = hierarchical_kmeans(
         features,

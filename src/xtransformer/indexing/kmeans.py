@@ -168,26 +168,30 @@ def hierarchical_kmeans(
     rng = np.random.default_rng(seed)
     perm = np.arange(n_labels)
     X = X if sp.issparse(X) else sp.csr_matrix(X)  # dense rows (embeddings) take the same kernel
+    run = _Splitting(X, k, branching, rng, max_iter, n_threads)
     for parent_level, child_level in zip(levels[:-1], levels[1:]):
-        perm = _split_level(X, perm, parent_level, child_level, k, branching, rng, max_iter, n_threads)
+        perm = _split_level(run, perm, parent_level, child_level)
     codes = np.empty(n_labels, dtype=np.int64)
     codes[perm] = np.repeat(np.arange(k), np.diff(label_bound(np.arange(k + 1), n_labels, k)))
     mats = [codes_to_csr(lvl.parent, prev.n_nodes) for prev, lvl in zip(levels[:-1], levels[1:])]
     return ClusterChain(mats + [codes_to_csr(codes, k)])
 
 
-def _split_level(
-    X: sp.csr_matrix,
-    perm: np.ndarray,
-    parents: TreeLevel,
-    children: TreeLevel,
-    n_clusters: int,
-    branching: int,
-    rng: np.random.Generator,
-    max_iter: int,
-    threads: int,
-) -> np.ndarray:
+@dataclass
+class _Splitting:
+    """What every level's split shares: the label rows, the tree's shape, the random stream."""
+
+    X: sp.csr_matrix
+    n_clusters: int
+    branching: int
+    rng: np.random.Generator
+    max_iter: int
+    threads: int
+
+
+def _split_level(run: _Splitting, perm: np.ndarray, parents: TreeLevel, children: TreeLevel) -> np.ndarray:
     """Split every node of ``parents`` into its children; return the new label order."""
+    X, n_clusters, branching, rng = run.X, run.n_clusters, run.branching, run.rng
     n_labels = len(perm)
     n_child = np.bincount(children.parent, minlength=parents.n_nodes)
     splitting = np.flatnonzero(n_child >= 2)
@@ -213,7 +217,7 @@ def _split_level(
     seeds = node_seeds(rng.random(len(node)), node_start, branching)
     labels = perm[pos]
     t0 = time.perf_counter()
-    assign, n_iter = split_level(X, labels, node_start, caps, seeds, max_iter, threads)
+    assign, n_iter = split_level(X, labels, node_start, caps, seeds, run.max_iter, run.threads)
     log.debug("level with %d splitting nodes, %d labels: at most %d iterations, %.2fs",
               len(splitting), len(labels), int(n_iter.max()), time.perf_counter() - t0)
     new_perm = perm.copy()

@@ -24,7 +24,9 @@ leaves zero rows (hierarchical k-means then puts them wherever room is left). ``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,75 +63,81 @@ def parse_representation(name: str) -> list[str]:
     return blocks
 
 
-def label_representation(
-    name: str,
-    Y: sp.spmatrix,
-    X_tfidf: sp.spmatrix | None = None,
-    doc_embeddings: np.ndarray | None = None,
-    label_texts: Sequence[str | None] | None = None,
-    embed_fn: EmbedFn | None = None,
-    *,
-    label_ids: Sequence[str] | None = None,
-    normalize_y_rows: bool = True,
-    orphan_fallback: str = "auto",
-    seed: int = 0,
-    threads: int | None = 1,
-) -> tuple[sp.csr_matrix | np.ndarray, dict[str, Any]]:
+@dataclass
+class LabelSources:
+    """What labels can be represented from: TF-IDF rows (``pifa_tfidf``), document embeddings
+    (``pifa_neural``), label texts and the function that embeds them (``text_emb``, the
+    ``text_neighbour`` fallback), and the label ids (embedded in place of missing texts)."""
+
+    X_tfidf: sp.spmatrix | None = None
+    doc_embeddings: np.ndarray | None = None
+    label_texts: Sequence[str | None] | None = None
+    embed_fn: EmbedFn | None = None
+    label_ids: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class RepresentationOptions:
+    """``normalize_y_rows``: weight documents by ``1/sqrt(#labels)`` in PIFA; ``orphan_fallback``:
+    what labels without positives get (module doc); ``seed``: for ``random_label``; ``threads``:
+    of the sparse PIFA product (None: the CPUs available)."""
+
+    normalize_y_rows: bool = True
+    orphan_fallback: str = "auto"
+    seed: int = 0
+    threads: int | None = 1
+
+
+def label_representation(name: str, Y: sp.spmatrix, sources: LabelSources | None = None,
+                         options: RepresentationOptions | None = None,
+                         **fields: Any) -> tuple[sp.csr_matrix | np.ndarray, dict[str, Any]]:
     """Label features ``L x D`` with unit rows, and a report of what was done.
 
-    Args:
-        name: ``pifa_tfidf``, ``pifa_neural``, ``text_emb``, ``pifa_concat`` or a ``+`` combination.
-        Y: training labels ``N x L`` (csr).
-        X_tfidf: TF-IDF ``N x F`` (for ``pifa_tfidf``).
-        doc_embeddings: dense ``N x H`` document embeddings (for ``pifa_neural``).
-        label_texts: one text per label (``None``/empty: none); for ``text_emb`` and the
-            ``text_neighbour`` fallback.
-        embed_fn: maps a list of texts to an ``n x H`` array of mean-pooled token states.
-        label_ids: the label ids, embedded in place of missing texts (else the label index).
-        normalize_y_rows: weight documents by ``1/sqrt(#labels)`` in PIFA (see module doc).
-        orphan_fallback: what labels without positives get (see module doc).
-        seed: for ``random_label``.
-        threads: threads of the sparse PIFA product (``None``: the CPUs available).
+    ``name``: ``pifa_tfidf``, ``pifa_neural``, ``text_emb``, ``pifa_concat`` or a ``+`` combination;
+    ``Y``: training labels ``N x L`` (csr); ``fields``: fields of :class:`LabelSources` or
+    :class:`RepresentationOptions` over ``sources`` / ``options``.
     """
+    src_names = {f.name for f in dataclasses.fields(LabelSources)}
+    src = dataclasses.replace(sources or LabelSources(), **{k: v for k, v in fields.items() if k in src_names})
+    opt = dataclasses.replace(options or RepresentationOptions(), **{k: v for k, v in fields.items() if k not in src_names})
     blocks = parse_representation(name)
-    n_threads = resolve_threads(threads)
-    if orphan_fallback not in ORPHAN_FALLBACKS:
-        raise IndexingError(f"`orphan_fallback` must be one of {ORPHAN_FALLBACKS}, got {orphan_fallback!r}")
+    if opt.orphan_fallback not in ORPHAN_FALLBACKS:
+        raise IndexingError(f"`orphan_fallback` must be one of {ORPHAN_FALLBACKS}, got {opt.orphan_fallback!r}")
     Y = _check_Y(Y)
-    n_labels = Y.shape[1]
-    report: dict[str, Any] = {
-        "name": name, "blocks": blocks, "n_labels": n_labels, "normalize_y_rows": normalize_y_rows
-    }
-
     # Validate every input before any expensive step.
     inputs = {
-        "pifa_tfidf": lambda: _check_X(X_tfidf, Y.shape[0], "X_tfidf", sparse=True),
-        "pifa_neural": lambda: _check_X(doc_embeddings, Y.shape[0], "doc_embeddings", sparse=False),
+        "pifa_tfidf": lambda: _check_X(src.X_tfidf, Y.shape[0], "X_tfidf", sparse=True),
+        "pifa_neural": lambda: _check_X(src.doc_embeddings, Y.shape[0], "doc_embeddings", sparse=False),
     }
-    pifa_blocks = [b for b in blocks if b in _PIFA]
-    doc_feats = {b: inputs[b]() for b in pifa_blocks}
-    orphans = np.flatnonzero(np.diff(Y.tocsc().indptr) == 0)
-    if pifa_blocks and len(orphans) == n_labels:
-        raise IndexingError("`Y` has no positive label at all: PIFA is empty")
-    fallback = _resolve_fallback(orphan_fallback, label_texts, embed_fn) if pifa_blocks and len(orphans) else "none"
+    doc_feats = {b: inputs[b]() for b in blocks if b in _PIFA}
+    report: dict[str, Any] = {"name": name, "blocks": blocks, "n_labels": Y.shape[1],
+                              "normalize_y_rows": opt.normalize_y_rows}
+    feats = _blocks(Y, blocks, doc_feats, src, opt, report)
+    report["dims"] = {b: int(feats[b].shape[1]) for b in blocks}
+    return concat_blocks([feats[b] for b in blocks]), report
 
+
+def _blocks(Y: sp.csr_matrix, blocks: list[str], doc_feats: dict[str, Any], src: LabelSources,
+            opt: RepresentationOptions, report: dict[str, Any]) -> dict[str, sp.csr_matrix | np.ndarray]:
+    """Each block's label rows (PIFA rows of labels without positives from their fallback donors)."""
+    n_labels = Y.shape[1]
+    orphans = np.flatnonzero(np.diff(Y.tocsc().indptr) == 0)
+    if doc_feats and len(orphans) == n_labels:
+        raise IndexingError("`Y` has no positive label at all: PIFA is empty")
+    fallback = (_resolve_fallback(opt.orphan_fallback, src.label_texts, src.embed_fn)
+                if doc_feats and len(orphans) else "none")
     text_feats: np.ndarray | None = None
     if "text_emb" in blocks or fallback == "text_neighbour":
-        text_feats, text_report = text_embedding(n_labels, label_texts, embed_fn, label_ids)
+        text_feats, text_report = text_embedding(n_labels, src.label_texts, src.embed_fn, src.label_ids)
         report.update(text_report)
     feats: dict[str, sp.csr_matrix | np.ndarray] = {"text_emb": text_feats} if "text_emb" in blocks else {}
-    if pifa_blocks:
-        Yw = _weighted_Y(Y, normalize_y_rows)
-        donors = _orphan_donors(orphans, n_labels, fallback, text_feats, seed)
-        for b in pifa_blocks:
-            feats[b] = _copy_rows(pifa(Yw, doc_feats[b], n_threads), orphans, donors)
-        report.update(n_orphans=len(orphans), orphan_fallback=fallback)
-    else:
-        report.update(n_orphans=0, orphan_fallback="none")
-
-    ordered = [feats[b] for b in blocks]
-    report["dims"] = {b: int(feats[b].shape[1]) for b in blocks}
-    return concat_blocks(ordered), report
+    if doc_feats:
+        Yw = _weighted_Y(Y, opt.normalize_y_rows)
+        donors = _orphan_donors(orphans, n_labels, fallback, text_feats, opt.seed)
+        for b, X in doc_feats.items():
+            feats[b] = _copy_rows(pifa(Yw, X, resolve_threads(opt.threads)), orphans, donors)
+    report.update(n_orphans=len(orphans) if doc_feats else 0, orphan_fallback=fallback)
+    return feats
 
 
 def pifa(Yw: sp.csr_matrix, X: sp.spmatrix | np.ndarray, threads: int = 1) -> sp.csr_matrix | np.ndarray:

@@ -1,21 +1,24 @@
 """Neural matcher: a pretrained encoder fine-tuned to score the K label clusters of a document.
 
-``train_matcher`` fine-tunes and writes embeddings + top-b clusters for every split;
-``predict_matcher`` applies a saved matcher to new texts. Importing this package imports Lightning.
+``fine_tune_matcher`` fine-tunes it as a stage of the cache; ``LoadedMatcher`` encodes texts into
+embeddings and top-b clusters. Names load on first use: the settings record alone imports neither
+torch nor Lightning.
 """
 
-from xtransformer.matcher.config import MatcherConfig, MatcherConfigError
-from xtransformer.matcher.inference import MatcherPrediction, load_matcher_model, predict_matcher
-from xtransformer.matcher.train import MatcherInputError, MatcherOutputs, topb_recall, train_matcher
+from __future__ import annotations
 
-__all__ = [
-    "MatcherConfig",
-    "MatcherConfigError",
-    "MatcherInputError",
-    "MatcherOutputs",
-    "MatcherPrediction",
-    "load_matcher_model",
-    "predict_matcher",
-    "topb_recall",
-    "train_matcher",
-]
+from xtransformer.utils.lazy import lazy_exports
+
+_EXPORTS = {
+    "MatcherConfig": "config",
+    "MatcherConfigError": "config",
+    "EncodeOptions": "inference",
+    "LoadedMatcher": "inference",
+    "MatcherPrediction": "inference",
+    "MatcherInputError": "train",
+    "fine_tune_matcher": "train",
+    "topb_recall": "train",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import lightning.pytorch as pl
@@ -30,35 +31,46 @@ class LinearWarmupDecay:
         return max(0.0, (self.total - step) / max(1, self.total - self.warmup))
 
 
+@dataclass(frozen=True)
+class TrainOptions:
+    """The optimisation of a matcher module (a level of XR-Transformer has its own lr and warmup)."""
+
+    pooling: str = "auto"
+    lr: float = 5e-5
+    head_lr: float | None = None  # None: lr
+    weight_decay: float = 0.01
+    adam_eps: float = 1e-8
+    warmup_ratio: float = 0.1
+    topb: int = 20  # validation cluster recall@b
+    dropout: float | None = None  # every dropout of the encoder; None: the model's own rates
+
+    @classmethod
+    def of(cls, cfg: Any, **overrides: Any) -> "TrainOptions":
+        """From a :class:`~xtransformer.matcher.MatcherConfig` (``overrides``: e.g. a level's lr)."""
+        names = [f.name for f in fields(cls)]
+        return cls(**{**{n: getattr(cfg, n) for n in names}, **overrides})
+
+
 class MatcherModule(pl.LightningModule):
     """Scores the K clusters of a document: ``g = W · pool(encoder(x)) + b``, trained with eq. 3."""
 
-    def __init__(
-        self,
-        encoder_path: str,
-        num_clusters: int,
-        pooling: str = "auto",
-        lr: float = 5e-5,
-        head_lr: float | None = None,
-        weight_decay: float = 0.01,
-        adam_eps: float = 1e-8,
-        warmup_ratio: float = 0.1,
-        topb: int = 20,
-        with_token_types: bool = False,
-        dropout: float | None = None,
-    ) -> None:
+    def __init__(self, encoder_path: str, num_clusters: int, options: TrainOptions | None = None,
+                 with_token_types: bool = False) -> None:
         super().__init__()
         from xtransformer.encoders import pretrained_encoder, set_dropout
 
-        self.save_hyperparameters()
+        opt = options or TrainOptions()
+        # plain values only: checkpoints stay loadable with weights_only=True
+        self.save_hyperparameters({"encoder_path": encoder_path, "num_clusters": num_clusters,
+                                   "with_token_types": with_token_types, **asdict(opt)})
         if num_clusters < 1:
             raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
         self.encoder = pretrained_encoder(encoder_path)
-        self.pooling = resolve_pooling(pooling, self.encoder)
+        self.pooling = resolve_pooling(opt.pooling, self.encoder)
         self.head = nn.Linear(self.encoder.config.hidden_size, num_clusters)
         _freeze_unused_parameters(self.encoder, self.pooling, with_token_types)
-        if dropout is not None:  # matcher.dropout; None: the rates the model was trained with
-            set_dropout(self.encoder, dropout)
+        if opt.dropout is not None:  # matcher.dropout; None: the rates the model was trained with
+            set_dropout(self.encoder, opt.dropout)
         # from_pretrained returns eval mode and Lightning keeps each submodule's mode: fine-tune in
         # train mode, dropout at the model's rates as in the paper, or at matcher.dropout's.
         self.encoder.train()

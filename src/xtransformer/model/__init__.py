@@ -1,20 +1,19 @@
-"""Portable model folders: save a run's models, load them anywhere, predict.
+"""The portable model folder: its manifest, checksums and format version (``folder.py``).
 
-``folder.py`` (manifest, checksums, format version), ``tfidf_io.py`` (the vectoriser as data),
-``methods.py`` (one predictor per method kind), ``api.py`` (:class:`XMCModel`), ``export.py``
-(:func:`save_run_models`, called by the pipeline at the end of a run).
+``XMCModel`` (``xtransformer.methods.base``) writes and reads these folders; it is re-exported
+here and at the package's top level for ``from xtransformer.model import XMCModel``.
 """
 
-from xtransformer.model.api import XMCModel
+from __future__ import annotations
+
 from xtransformer.model.folder import FORMAT_VERSION, ModelError
 
-__all__ = ["FORMAT_VERSION", "ModelError", "XMCModel", "save_run_models"]
+__all__ = ["FORMAT_VERSION", "ModelError", "XMCModel"]
 
 
 def __getattr__(name: str):
-    # the writer pulls in omegaconf / the pipeline's helpers: not needed to predict
-    if name == "save_run_models":
-        from xtransformer.model.export import save_run_models
+    if name == "XMCModel":  # the methods' base class; loading it imports no training stack
+        from xtransformer.methods.base import XMCModel
 
-        return save_run_models
+        return XMCModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

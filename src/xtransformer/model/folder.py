@@ -23,6 +23,8 @@ MANIFEST = "manifest.json"
 TRAIN_SETTINGS = "train_settings.json"
 PREDICT_SETTINGS = "predict_settings.json"
 LABELS = "labels.json"
+# settings that would point into this machine's cache or checkout: meaningless in a portable folder
+LOCAL_KEYS = frozenset({"cache_dir", "base_model", "output_dir", "log_dir", "root_dir"})
 
 
 class ModelError(ValueError):
@@ -92,6 +94,15 @@ def read_manifest(folder: str | os.PathLike, verify: bool = True) -> dict[str, A
             if sha256_file(file) != digest:
                 raise ModelError(f"{file}: checksum mismatch (sha256 differs from {MANIFEST}); the model folder is corrupt")
     return manifest
+
+
+def scrub(obj: Any) -> Any:
+    """A record without machine-local paths (cache, output folders): what a folder may keep."""
+    if isinstance(obj, dict):
+        return {k: scrub(v) for k, v in obj.items() if k not in LOCAL_KEYS}
+    if isinstance(obj, list):
+        return [scrub(v) for v in obj]
+    return obj
 
 
 def load_record(folder: Path, name: str) -> Any:

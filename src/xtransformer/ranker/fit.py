@@ -103,8 +103,8 @@ class BlockTrainer:
         self.parts: list[list[Kept]] = [[] for _ in range(n_tags)]
 
     def submit(self, X: sp.csr_matrix, bd: BlockData, bias: float, tag: int = 0) -> None:
-        block = Block.from_rows(X, bd.rows, bd.row_len, bd.col_len, bd.col_feature, bias, bd.Y, self.params.Cp,
-                                self.params.Cn, materialise=self.params.loss != "squared_hinge")
+        block = Block.from_rows(X, bd, bias, self.params.Cp, self.params.Cn,
+                                materialise=self.params.loss != "squared_hinge")
         n = bd.Y.shape[1]
         bounds = np.linspace(0, n, -(-n // self.slots) + 1).round().astype(int)  # even chunks
         for j0, j1 in zip(bounds[:-1], bounds[1:]):  # loop over label chunks of one block (a few per cluster)
@@ -178,7 +178,7 @@ def _weights_csc(parts: list[Kept], n_rows: int, n_labels: int) -> sp.csc_matrix
     return W
 
 
-def train_level(X: sp.csr_matrix, Y: sp.csr_matrix, C: sp.csr_matrix, mask: sp.csr_matrix, params: SolverParams,
-                bias: float, threshold: float, batch_nnz: int, threads: int) -> tuple[LinearLevel, dict]:
-    """Train every label of ``C`` on the rows its cluster selects in ``mask``."""
-    return train_levels(X, [LevelSpec(Y, C, mask)], params, bias, threshold, batch_nnz, threads)[0]
+def train_level(X: sp.csr_matrix, spec: LevelSpec, params: SolverParams, bias: float, threshold: float,
+                batch_nnz: int, threads: int) -> tuple[LinearLevel, dict]:
+    """Train every label of ``spec.C`` on the rows its cluster selects in ``spec.mask``."""
+    return train_levels(X, [spec], params, bias, threshold, batch_nnz, threads)[0]

@@ -15,7 +15,7 @@ from xtransformer.ranker.config import RankerConfig
 from xtransformer.ranker.copies import COPIES_DIR, LabelCopies
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.features import as_features
-from xtransformer.ranker.fit import solver_params, train_level
+from xtransformer.ranker.fit import LevelSpec, solver_params, train_level
 from xtransformer.ranker.level import LinearLevel, load_level, save_level
 from xtransformer.ranker.negatives import binarize
 from xtransformer.ranker.postprocess import get_post_processor
@@ -45,10 +45,8 @@ class LinearRanker:
         """
         X, Y, C, mask = check_training_inputs(X, Y, C, negatives)
         copies, C = LabelCopies.of(C, merge)
-        level, info = train_level(
-            X, Y if copies is None else copies.expand(Y), C, mask, solver_params(cfg), cfg.bias, cfg.threshold,
-            cfg.batch_nnz, cfg.n_threads,
-        )
+        spec = LevelSpec(Y if copies is None else copies.expand(Y), C, mask)
+        level, info = train_level(X, spec, solver_params(cfg), cfg.bias, cfg.threshold, cfg.batch_nnz, cfg.n_threads)
         return cls(level, cfg, info, copies)
 
     @property

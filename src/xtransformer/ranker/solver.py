@@ -31,10 +31,12 @@ Newton iterations; finished problems are frozen (their step is 0) while the othe
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
+from xtransformer.ranker.blocks import BlockData
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.kernels import dual_cd_squared_hinge, gather_block
 
@@ -100,10 +102,10 @@ class Block:
     _cost: np.ndarray | None = field(default=None, repr=False)
 
     @classmethod
-    def from_rows(
-        cls, source: sp.csr_matrix, rows: np.ndarray, row_len: np.ndarray, col_len: np.ndarray,
-        col_feature: np.ndarray, bias: float, Y: np.ndarray, Cp: float, Cn: float, materialise: bool = False,
-    ) -> "Block":
+    def from_rows(cls, source: sp.csr_matrix, layout: BlockData, bias: float, Cp: float, Cn: float,
+                  materialise: bool = False) -> "Block":
+        """The block whose rows, columns per task and targets ``layout`` names, over ``source``."""
+        rows, row_len, col_len, col_feature, Y = layout.rows, layout.row_len, layout.col_len, layout.col_feature, layout.Y
         if len(rows) != int(row_len.sum()) or len(col_feature) != int(col_len.sum()) or Y.shape[0] != len(rows):
             raise RankerError(
                 f"solver block: inconsistent shapes rows {len(rows)} / {int(row_len.sum())}, "
@@ -131,7 +133,9 @@ class Block:
         if Xb.shape != (int(row_len.sum()), int(col_len.sum())):
             raise RankerError(f"solver block: X {Xb.shape} does not match rows {int(row_len.sum())}, cols {int(col_len.sum())}")
         Xb = _f32_csr(Xb)
-        block = cls.from_rows(Xb, np.arange(Xb.shape[0]), row_len, col_len, np.arange(Xb.shape[1]), 0.0, Y, Cp, Cn)
+        layout = BlockData(np.arange(Xb.shape[0]), row_len, col_len, np.arange(Xb.shape[1]),
+                           np.zeros((len(row_len), 0), np.int64), Y)
+        block = cls.from_rows(Xb, layout, 0.0, Cp, Cn)
         block.X = Xb
         return block
 
@@ -353,7 +357,7 @@ def _solve_newton(block: Block, params: SolverParams) -> np.ndarray:
         block.stats.newton_iters += 1
         S = _pcg(block, G, st.curv, active, params.max_cg_iter)
         XS = block.mv(S)
-        alpha, fnew = _line_search(block, Z, XS, S, W, G, fval, wTw, active, params.loss)
+        alpha, fnew = _line_search(block, _Point(W, Z, G, fval, wTw), S, XS, active, params.loss)
         moved = alpha > 0
         active &= moved  # a failed line search ends that problem, as in LIBLINEAR
         W += block.to_cols(alpha) * S
@@ -415,19 +419,21 @@ def _pcg(block: Block, G: np.ndarray, curv: np.ndarray, active: np.ndarray, max_
     return S
 
 
-def _line_search(
-    block: Block,
-    Z: np.ndarray,
-    XS: np.ndarray,
-    S: np.ndarray,
-    W: np.ndarray,
-    G: np.ndarray,
-    fval: np.ndarray,
-    wTw: np.ndarray,
-    active: np.ndarray,
-    loss: str,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-problem Armijo backtracking from step 1; step 0 where it fails or the problem is inactive."""
+class _Point(NamedTuple):
+    """The problems' current iterate: weights, margins ``X W``, gradient, objective, ``w^T w``."""
+
+    W: np.ndarray
+    Z: np.ndarray
+    G: np.ndarray
+    fval: np.ndarray
+    wTw: np.ndarray
+
+
+def _line_search(block: Block, point: _Point, S: np.ndarray, XS: np.ndarray, active: np.ndarray,
+                 loss: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-problem Armijo backtracking along ``S`` (``XS = X S``) from step 1; step 0 where it
+    fails or the problem is inactive."""
+    W, Z, G, fval, wTw = point
     gTs = block.col_dot(G, S)
     wTs = block.col_dot(W, S)
     sTs = block.col_dot(S, S)

@@ -31,18 +31,22 @@ class XRLevelModule(MatcherModule):
         children: np.ndarray | None = None,
         prev_head: tuple[np.ndarray, np.ndarray] | None = None,
         init_head: tuple[np.ndarray, np.ndarray] | None = None,
-        shortlist: bool = True,
-        negatives: str = "tfn+man",
-        only_topk: int = 5,
-        importance: str = "counts",
-        neg_weight: float = 1.0,
+        loss: Any = None,
     ) -> "XRLevelModule":
         """Level facts kept out of ``__init__`` so Lightning's hyper-parameters stay small.
 
-        ``children``: the previous level's children table (``K_{t-1} x c``, -1 padded); with
-        ``prev_head`` (its ``W``, ``b``) it turns the predicted parents into shortlisted clusters.
-        ``init_head``: the bootstrapped ``(W, b)`` of this level; None keeps the random init.
+        ``children``: the previous level's children table (``K_{t-1} x c``, -1 padded; None: no
+        shortlist, the dense loss); with ``prev_head`` (its ``W``, ``b``) it turns the predicted
+        parents into shortlisted clusters. ``init_head``: the bootstrapped ``(W, b)`` of this level;
+        None keeps the random init. ``loss``: the record with ``shortlist``, ``negatives``,
+        ``only_topk``, ``importance`` and ``neg_weight`` (``XRTransformerConfig``; None: its defaults).
         """
+        if loss is None:
+            from xtransformer.methods.xrtransformer.config import XRTransformerConfig
+
+            loss = XRTransformerConfig()
+        shortlist, negatives = loss.shortlist, loss.negatives
+        only_topk, importance, neg_weight = loss.only_topk, loss.importance, loss.neg_weight
         self.level = int(level)
         self.use_shortlist = bool(shortlist) and children is not None
         self.use_tfn = "tfn" in negatives

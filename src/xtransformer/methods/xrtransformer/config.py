@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xtransformer.errors import UserError
+from xtransformer.data.tfidf import TfidfConfig
 from xtransformer.indexing import IndexingConfig
+from xtransformer.matcher.config import MatcherConfig
+from xtransformer.methods.xrlinear.config import XRLinearConfig
 from xtransformer.ranker.config import HierarchicalLinearConfig
 from xtransformer.settings import Settings, predict_field, run_field
 
@@ -117,3 +120,15 @@ class XRTransformerConfig(Settings):
 def _choice(cfg: Settings, key: str, choices: tuple[str, ...]) -> None:
     if getattr(cfg, key) not in choices:
         raise cfg.bad(key, f"expected one of {list(choices)}")
+
+
+@dataclass
+class XRTransformerSettings(Settings):
+    """Everything ``XRTransformer.fit`` reads (the per-level schedule is ``matcher.level_*``).
+    ``xrlinear``: the linear model whose beam counts a disentangled leaf level."""
+
+    tfidf: TfidfConfig = field(default_factory=TfidfConfig)
+    indexing: IndexingConfig = field(default_factory=IndexingConfig)
+    matcher: MatcherConfig = field(default_factory=MatcherConfig)
+    xrtransformer: XRTransformerConfig = field(default_factory=XRTransformerConfig)
+    xrlinear: XRLinearConfig = field(default_factory=XRLinearConfig)

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 from xtransformer.ranker.negatives import binarize
 
-# cache stage names of the level loop (pipeline/keys.py plans their keys)
+# cache stage names of the level loop and of the fine-tuned embeddings (XRTransformer.stage_keys)
 LEVEL_STAGE, EMBED_STAGE = "xrlevel", "xrembed"
 
 

@@ -1,0 +1,36 @@
+"""The methods, one package each, and the registry that names them.
+
+A method is a subclass of :class:`~xtransformer.methods.base.XMCModel` with ``fit``, ``predict``,
+``save`` and ``load``. Adding one takes a package here, a ``configs/method/<name>.yaml`` and one
+line in :data:`METHODS` (docs/ARCHITECTURE.md, "How to add a method"). Entries are import paths,
+so loading an XR-Linear folder never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from xtransformer.model.folder import ModelError
+
+# name (the manifest's components.kind and the config's `method`) -> "module:Class"
+METHODS: dict[str, str] = {
+    "xrlinear": "xtransformer.methods.xrlinear:XRLinear",
+    "xtransformer": "xtransformer.methods.xtransformer:XTransformer",
+    "xrtransformer": "xtransformer.methods.xrtransformer:XRTransformer",
+    "ensemble": "xtransformer.methods.combination:Combination",
+}
+# what a run can train as its main method (a combination is built from trained members)
+TRAINABLE = ("xtransformer", "xrtransformer", "xrlinear")
+
+
+def method_class(name: str, where: Path | str | None = None) -> type:
+    """The class registered as ``name``; an unknown name fails in one line (naming ``where``)."""
+    if name not in METHODS:
+        prefix = f"{where}: " if where is not None else ""
+        raise ModelError(f"{prefix}unknown model kind {name!r}; this xtransformer knows {sorted(METHODS)}")
+    module, _, cls = METHODS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+__all__ = ["METHODS", "TRAINABLE", "method_class"]

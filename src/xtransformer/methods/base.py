@@ -1,0 +1,337 @@
+"""``XMCModel``: the one door in and out of every method.
+
+Every method is a subclass with the same four verbs, as PECOS's model classes and Hugging Face's
+``from_pretrained`` / ``save_pretrained``::
+
+    model = XRLinear.fit(texts, labels)             # typed settings, a stage cache when given one
+    model.predict(["oil prices rose ..."], k=5)     # [{"labels": [...], "names": [...], "scores": [...]}]
+    model.save("models/reuters-xrlinear")           # a portable, checksummed folder, no pickles
+    model = XMCModel.load("models/reuters-xrlinear")  # the class the folder's manifest names
+
+A subclass supplies ``_fit`` (settings + data -> a model), ``_predict_texts`` (and, for models
+that read TF-IDF rows only, ``_predict_features``), ``_save_components`` and ``_load``; the rest
+— input checks, per-call prediction settings, blank texts, top-k label lists, evaluation, the
+folder's records and manifest — lives here once. Prediction settings (beam, top-k, ...) are the
+folder's ``predict_settings.json``, overridable per call; the components are not.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from xtransformer.data.inputs import LabeledData
+from xtransformer.model.folder import (
+    LABELS, PREDICT_SETTINGS, TRAIN_SETTINGS, ModelError, load_record, read_manifest, scrub, write_manifest,
+)
+from xtransformer.settings import Settings
+from xtransformer.utils.io import atomic_dir, save_json
+
+INDEX = "models.json"  # in a run's model/ folder: the methods it holds and the main one
+
+
+@dataclass
+class ModelRecords:
+    """What every model holds beside its components: the label space and the two settings records."""
+
+    label_ids: list[str]
+    label_names: list[str]
+    predict: dict[str, Any]  # prediction settings: the defaults a call may override
+    train: dict[str, Any] = field(default_factory=dict)  # how it was trained (provenance, not read back)
+    method: str = ""  # the name it is known by: its kind, or e.g. "xrtransformer+xrlinear"
+
+    @classmethod
+    def of(cls, data: LabeledData, predict: dict[str, Any], train: dict[str, Any]) -> "ModelRecords":
+        return cls(list(data.label_ids), list(data.label_names), predict, train)
+
+
+@dataclass
+class Evaluation:
+    """A model's label scores on evaluation data, their metrics, and method-specific diagnostics."""
+
+    predictions: sp.csr_matrix
+    metrics: dict[str, float]
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+class XMCModel:
+    """Base of every method; ``XMCModel.load`` returns the class a folder's manifest names."""
+
+    kind: ClassVar[str] = ""  # the registry's name of the method, and the manifest's components.kind
+    settings_class: ClassVar[type[Settings] | None] = None  # the typed record fit takes
+    collective: ClassVar[bool] = False  # fit shares work across the processes of a DDP run
+    needs_text: bool = False  # True: predicts from texts only (an encoder reads them)
+
+    def __init__(self, records: ModelRecords):
+        self.label_ids: list[str] = records.label_ids
+        self.label_names: list[str] = records.label_names
+        self.predict_settings: dict[str, Any] = dict(records.predict)
+        self.train_settings: dict[str, Any] = dict(records.train)
+        self.method: str = records.method or self.kind
+        self.folder: Path | None = None
+        self.manifest: dict[str, Any] = {}
+        self.report: dict[str, Any] = {}  # what fit did: stage keys, index facts, levels, timings
+
+    # ------------------------------------------------------------------ training
+    @classmethod
+    def fit(cls, inputs: Any, labels: Any = None, settings: Settings | None = None, *,
+            label_ids: Sequence[str] | None = None, label_names: Sequence[str] | None = None,
+            validation: Any = None, context: Any = None, **groups: Any) -> "XMCModel | None":
+        """Train on ``inputs`` (texts, or sparse feature rows where the method reads TF-IDF only)
+        and ``labels`` (one list of label ids per document, or a sparse ``N x L`` matrix with
+        ``label_ids``). ``settings``: the method's record (``cls.settings_class``); ``groups``:
+        its sections as records or mappings (``matcher={"max_steps": 100}``) over it.
+        ``validation``: ``(inputs, labels)`` reported on while training, never chosen on.
+        ``context``: a :class:`~xtransformer.context.TrainContext` (cache, trainer, loggers);
+        default: a scratch cache and one CPU. Returns None in the helper processes of a DDP run."""
+        from xtransformer.context import TrainContext
+
+        data = LabeledData.build(inputs, labels, label_ids, label_names)
+        record = cls.make_settings(settings, groups)
+        val = None if validation is None else data.like(*_pair(validation))
+        ctx = context if context is not None else TrainContext()
+        try:
+            keys = cls.plan(data, record, ctx)
+            if not ctx.is_rank_zero and not cls.collective:
+                return None  # nothing to share: the helper ranks only join collective fine-tuning
+            return cls._fit(data, record, ctx, val, keys)
+        finally:
+            if context is None:
+                ctx.close()
+
+    @classmethod
+    def make_settings(cls, settings: Settings | None = None, groups: Mapping[str, Any] | None = None) -> Settings:
+        """The method's settings record: ``settings`` (default: the defaults) with ``groups`` over it."""
+        base = settings if settings is not None else cls.settings_class()
+        if not isinstance(base, cls.settings_class):
+            raise ModelError(f"{cls.__name__}.fit takes {cls.settings_class.__name__} settings, "
+                             f"got {type(base).__name__}")
+        if not groups:
+            return base
+        merged = {name: getattr(base, name) for name in _field_names(base)}
+        for name, value in groups.items():
+            if name not in merged:
+                raise ModelError(f"{cls.__name__}.fit: unknown settings group {name!r}; it takes {sorted(merged)}")
+            merged[name] = value.to_dict() if isinstance(value, Settings) else value
+        plain = {k: (v.to_dict() if isinstance(v, Settings) else v) for k, v in merged.items()}
+        return cls.settings_class.from_mapping(plain)
+
+    @classmethod
+    def plan(cls, data: LabeledData, settings: Settings, ctx: Any) -> dict[str, Any]:
+        """Check what can be checked before any training (texts present, the encoder found, the
+        tree's shape against the label count) and return every stage's cache key."""
+        cls._check(data, settings)
+        return cls.stage_keys(settings, data.key, data.n_labels, ctx.trainer)
+
+    @classmethod
+    def stage_keys(cls, settings: Settings, data_key: str, n_labels: int, trainer: Any) -> dict[str, Any]:
+        """Every stage's cache key, from the settings, the training data's content key, the label
+        count and the trainer (placement and precision); a training setting changes its stage's key
+        and every key downstream, a prediction or run setting none (``tests/test_keys.py``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _check(cls, data: LabeledData, settings: Settings) -> None:
+        """Method-specific checks of the data against the settings; none by default."""
+
+    @classmethod
+    def _fit(cls, data: LabeledData, settings: Settings, ctx: Any, validation: LabeledData | None,
+             keys: dict[str, Any]) -> "XMCModel":
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ prediction
+    @property
+    def n_labels(self) -> int:
+        return len(self.label_ids)
+
+    @property
+    def takes_features(self) -> bool:
+        """True when the model can predict from TF-IDF rows alone (no text needed)."""
+        return not self.needs_text
+
+    def settings(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """This call's prediction settings: the model's, with ``overrides`` (None: keep) over them."""
+        unknown = sorted(set(overrides) - set(self.predict_settings))
+        if unknown:
+            raise ModelError(f"unknown prediction setting(s) {unknown} for a {self.method} model; "
+                             f"it takes {sorted(self.predict_settings)}")
+        return {**self.predict_settings, **{k: v for k, v in overrides.items() if v is not None}}
+
+    def predict_csr(self, texts: Sequence[str], **overrides: Any) -> sp.csr_matrix:
+        """csr ``N x L`` of the top-``topk`` label scores of every text. Empty or blank texts get an
+        empty row: there is nothing to classify."""
+        return self._predict_texts_kept(texts, self.settings(overrides), None)
+
+    def predict_features_csr(self, X: sp.spmatrix, **overrides: Any) -> sp.csr_matrix:
+        """Same as :meth:`predict_csr` from TF-IDF rows (``N x F``, as training computed them) or,
+        for a model trained on given features, from those raw feature rows."""
+        if self.needs_text:
+            raise ModelError(f"a {self.method} model needs texts (its encoder reads them); use predict(texts)")
+        return self._predict_features(X, self.settings(overrides))
+
+    def predict(self, texts: Sequence[str], k: int = 5, **overrides: Any) -> list[dict[str, Any]]:
+        """For each text, its ``k`` best labels: ``{"labels": ids, "names": names, "scores": floats}``."""
+        return self.top_labels(self.predict_csr(texts, **self.overrides_for_k(k, overrides)), k)
+
+    def predict_features(self, X: sp.spmatrix, k: int = 5, **overrides: Any) -> list[dict[str, Any]]:
+        return self.top_labels(self.predict_features_csr(X, **self.overrides_for_k(k, overrides)), k)
+
+    def evaluate(self, inputs: Any, labels: Any = None, inv_propensity: np.ndarray | None = None,
+                 **overrides: Any) -> Evaluation:
+        """Predict ``inputs`` (texts, or feature rows) and score against ``labels``: P@k, R@k,
+        nDCG@k (PSP@k with ``inv_propensity``), plus the method's own diagnostics."""
+        from xtransformer.metrics import evaluate
+
+        data = LabeledData.build(inputs, labels, self.label_ids, self.label_names)
+        settings, report = self.settings(overrides), {}
+        if data.texts is not None:
+            pred = self._predict_texts_kept(data.texts, settings, report)
+        else:
+            pred = self.predict_features_csr(data.features, **overrides)
+        return Evaluation(pred, evaluate(data.Y, pred, inv_propensity=inv_propensity), self._diagnose(data, report))
+
+    def overrides_for_k(self, k: int, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise ModelError(f"k must be an int >= 1, got {k!r}")
+        topk = overrides.get("topk") or self.predict_settings["topk"]
+        return {**overrides, "topk": max(int(k), int(topk))}
+
+    def top_labels(self, pred: sp.csr_matrix, k: int) -> list[dict[str, Any]]:
+        """Rows of a score matrix as sorted (best first; ties by label index) label lists."""
+        from xtransformer.topk import Candidates, topk
+
+        c = topk(Candidates.from_csr(pred), int(k))
+        bounds = np.searchsorted(c.doc, np.arange(pred.shape[0] + 1))
+        ids, names = self.label_ids, self.label_names
+        out = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            items = c.item[a:b].tolist()
+            out.append({"labels": [ids[i] for i in items], "names": [names[i] for i in items],
+                        "scores": [float(s) for s in c.score[a:b]]})
+        return out
+
+    def _predict_texts_kept(self, texts: Sequence[str], settings: dict[str, Any],
+                            report: dict[str, Any] | None) -> sp.csr_matrix:
+        if isinstance(texts, str):
+            raise ModelError("predict takes a list of texts, not one string")
+        texts = list(texts)
+        keep = np.fromiter((bool(t and not t.isspace()) for t in texts), bool, len(texts))
+        if report is not None:
+            report["kept"] = keep
+        if not keep.any():
+            return sp.csr_matrix((len(texts), self.n_labels), dtype=np.float32)
+        some = texts if keep.all() else [t for t, k in zip(texts, keep) if k]
+        pred = self._predict_texts(some, settings, report)
+        return pred if keep.all() else empty_rows_csr(pred, keep)
+
+    def _predict_texts(self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None) -> sp.csr_matrix:
+        """Scores of non-blank texts; ``report``: where diagnostics may leave what they need."""
+        raise NotImplementedError
+
+    def _predict_features(self, X: sp.spmatrix, settings: dict[str, Any]) -> sp.csr_matrix:
+        raise ModelError(f"a {self.method} model needs texts; use predict(texts)")
+
+    def _diagnose(self, data: LabeledData, report: dict[str, Any]) -> dict[str, Any]:
+        """Method-specific evaluation facts (the matcher's cluster recall, ...); none by default."""
+        return {}
+
+    # ------------------------------------------------------------------ folders
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write the model as a portable folder (atomic): its components, the two settings records,
+        the labels with names, and a manifest with the sha256 of every file."""
+        folder = Path(folder)
+        with atomic_dir(folder) as tmp:
+            components = self._save_components(tmp, folder)
+            save_json(scrub(self.train_settings), tmp / TRAIN_SETTINGS)
+            save_json(self.predict_settings, tmp / PREDICT_SETTINGS)
+            save_json({"ids": self.label_ids, "names": self.label_names}, tmp / LABELS)
+            self.manifest = write_manifest(tmp, self.method, components)
+        self.folder = folder
+        return folder
+
+    def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
+        """Write the components into ``tmp`` (to become ``folder``); return the manifest's record."""
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, method: str | None = None, verify: bool = True) -> "XMCModel":
+        """Load a method folder, or the ``method`` (default: the main one) of a run's ``model/``
+        folder (or of the run folder itself). ``verify`` checks every file's sha256 first."""
+        from xtransformer.methods import method_class
+
+        folder = resolve_folder(Path(path), method)
+        manifest = read_manifest(folder, verify=verify)
+        kind = manifest["components"]["kind"]
+        target = method_class(kind, where=folder)
+        if not issubclass(target, cls):
+            raise ModelError(f"{folder}: holds a {kind} model, not a {cls.__name__}; load it with XMCModel.load")
+        labels = load_record(folder, LABELS)
+        records = ModelRecords(labels["ids"], labels["names"], load_record(folder, PREDICT_SETTINGS),
+                               load_record(folder, TRAIN_SETTINGS), manifest["method"])
+        model = target._load(folder, manifest["components"], records, verify)
+        model.folder, model.manifest = folder, manifest
+        return model
+
+    @classmethod
+    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "XMCModel":
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        where = f", {self.folder}" if self.folder else ""
+        return f"{type(self).__name__}({self.method}, {self.n_labels} labels{where})"
+
+
+def resolve_folder(path: Path, method: str | None) -> Path:
+    """A method folder from a method folder, a run's model/ folder or a run folder."""
+    if (path / "model" / INDEX).is_file() and not (path / INDEX).is_file():
+        path = path / "model"
+    if (path / INDEX).is_file():
+        index = load_record(path, INDEX)
+        name = method or index["main"]
+        if name not in index["methods"]:
+            raise ModelError(f"{path}: no {name!r} model; it holds {index['methods']}")
+        return path / name
+    if method is not None and (path / method).is_dir():
+        return path / method
+    return path
+
+
+def empty_rows_csr(pred: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
+    """``pred`` (rows of the ``keep`` documents) spread to ``len(keep)`` rows, the others empty."""
+    rows = np.flatnonzero(keep)
+    counts = np.zeros(len(keep), dtype=np.int64)
+    counts[rows] = np.diff(pred.indptr)
+    indptr = np.r_[0, np.cumsum(counts)]
+    return sp.csr_matrix((pred.data, pred.indices, indptr), shape=(len(keep), pred.shape[1]))
+
+
+def with_settings(model: Any, settings: Mapping[str, Any]) -> Any:
+    """A shallow copy of a linear model (weights shared) whose config carries this call's prediction
+    settings: concurrent calls with different overrides never see each other's."""
+    import copy
+    import dataclasses
+
+    base = model.config
+    names = {f.name for f in dataclasses.fields(base)}
+    out = copy.copy(model)
+    out.config = dataclasses.replace(base, **{k: v for k, v in settings.items() if k in names})
+    return out
+
+
+def _pair(validation: Any) -> tuple[Any, Any]:
+    if isinstance(validation, LabeledData):
+        return validation, None
+    if isinstance(validation, tuple) and len(validation) == 2:
+        return validation
+    raise ModelError("validation must be (inputs, labels) or LabeledData")
+
+
+def _field_names(record: Settings) -> list[str]:
+    import dataclasses
+
+    return [f.name for f in dataclasses.fields(record)]

@@ -1,0 +1,124 @@
+"""The Combination model class: members' top-k label scores combined by ``xtransformer.ensemble``.
+
+A combination folder holds no weights of its own: its manifest names its members' folders by
+relative path (``../xrlinear`` beside the run's other models; ``members/<name>`` when saved alone),
+and its prediction settings are the combination rule, the members' weights and the top-k.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import scipy.sparse as sp
+
+from xtransformer.ensemble import METHODS as RULES, ensemble_predictions
+from xtransformer.methods.base import ModelRecords, XMCModel
+from xtransformer.model.folder import ModelError
+from xtransformer.settings import Settings
+
+DEFAULT_TOPK = 20
+
+
+@dataclass
+class CombinationSettings(Settings):
+    """How ``Combination.fit`` trains and combines its members: each member method's name and its
+    settings (a record or a mapping of its groups; None: the method's defaults)."""
+
+    where = "combination"
+
+    members: dict[str, Any] = field(default_factory=lambda: {"xrtransformer": None, "xrlinear": None})
+    method: str = "average"  # average | rank-average | softmax-average (xtransformer.ensemble)
+    weights: list[float] | None = None  # one per member, normalised; None: equal
+    topk: int = DEFAULT_TOPK
+
+    def check(self) -> None:
+        if self.method not in RULES:
+            raise self.bad("method", f"expected one of {list(RULES)}")
+        if not self.members:
+            raise self.bad("members", "needs at least one member method")
+        if self.weights is not None and len(self.weights) != len(self.members):
+            raise self.bad("weights", f"needs one weight per member ({len(self.members)})")
+        if self.topk < 1:
+            raise self.bad("topk", "must be an int >= 1")
+
+
+class Combination(XMCModel):
+    """Members' label scores combined: ``average`` (weighted mean of raw scores), ``rank-average``
+    or ``softmax-average``; prediction settings ``method``, ``weights``, ``topk``."""
+
+    kind = "ensemble"
+    settings_class = CombinationSettings
+
+    def __init__(self, members: Sequence[XMCModel], method: str = "average", weights: Sequence[float] | None = None,
+                 topk: int = DEFAULT_TOPK, name: str | None = None):
+        if not members:
+            raise ModelError("a combination needs at least one member model")
+        first = members[0]
+        if any(m.label_ids != first.label_ids for m in members[1:]):
+            raise ModelError("the members of a combination must share one label space")
+        predict = {"method": method, "topk": int(topk), "weights": None if weights is None else list(weights)}
+        names = [m.method for m in members]
+        records = ModelRecords(first.label_ids, first.label_names, predict, {"members": names, "combine": method},
+                               name or "+".join(names))
+        super().__init__(records)
+        self.members = list(members)
+        self.needs_text = any(m.needs_text for m in self.members)
+
+    # ------------------------------------------------------------------ training
+    @classmethod
+    def stage_keys(cls, settings: CombinationSettings, data_key: str, n_labels: int, trainer: Any) -> dict[str, Any]:
+        return {}  # the members' stages are the members' own
+
+    @classmethod
+    def _fit(cls, data: Any, s: CombinationSettings, ctx: Any, validation: Any, keys: dict[str, Any]) -> "Combination | None":
+        from xtransformer.methods import method_class
+
+        members = []
+        for name, settings in s.members.items():
+            member_cls = method_class(name)
+            record = settings if isinstance(settings, Settings) else member_cls.make_settings(None, settings or {})
+            member = member_cls.fit(data, settings=record, validation=validation, context=ctx)
+            if member is None:
+                return None  # a DDP helper process
+            members.append(member)
+        return cls(members, s.method, s.weights, s.topk)
+
+    # ------------------------------------------------------------------ prediction
+    def combine(self, predictions: Sequence[sp.csr_matrix], **overrides: Any) -> sp.csr_matrix:
+        """The members' score matrices (in member order) combined as this model predicts."""
+        settings = self.settings(overrides)
+        return ensemble_predictions(predictions, method=settings["method"], topk=int(settings["topk"]),
+                                    weights=settings.get("weights"))  # older folders: none, equal
+
+    def _predict_texts(self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None) -> sp.csr_matrix:
+        return self.combine([m.predict_csr(texts, topk=self._member_topk(m, settings)) for m in self.members],
+                            **settings)
+
+    def _predict_features(self, X: sp.spmatrix, settings: dict[str, Any]) -> sp.csr_matrix:
+        return self.combine([m.predict_features_csr(X, topk=self._member_topk(m, settings)) for m in self.members],
+                            **settings)
+
+    @staticmethod
+    def _member_topk(member: XMCModel, settings: Mapping[str, Any]) -> int:
+        return max(int(settings["topk"]), int(member.predict_settings["topk"]))
+
+    # ------------------------------------------------------------------ folders
+    def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
+        refs = []
+        for member in self.members:
+            if member.folder is None:  # not saved yet: it goes inside the combination's folder
+                member.save(tmp / "members" / member.method)
+                member.folder = folder / "members" / member.method
+            refs.append(Path(os.path.relpath(member.folder, folder)).as_posix())
+        return {"kind": self.kind, "members": refs}
+
+    @classmethod
+    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "Combination":
+        members = [XMCModel.load((folder / rel).resolve(), verify=verify) for rel in components["members"]]
+        p = records.predict
+        out = cls(members, p["method"], p.get("weights"), p["topk"], name=records.method)
+        out.train_settings = records.train
+        return out

@@ -1,0 +1,114 @@
+"""The XR-Linear model class: fit, predict, save, load."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import scipy.sparse as sp
+
+from xtransformer.data.inputs import LabeledData
+from xtransformer.data.tfidf import TfidfFeatures, tfidf_key, tfidf_stage
+from xtransformer.indexing import IndexingConfig, build_index, check_copies_fit, learn_overlap, overlap_summary
+from xtransformer.methods.base import ModelRecords, XMCModel, with_settings
+from xtransformer.methods.xrlinear.config import XRLinearSettings
+from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, LinearForest, load_tree_model
+from xtransformer.utils.io import save_json, settings_key
+
+log = logging.getLogger(__name__)
+
+TFIDF_DIR, RANKER_DIR = "tfidf", "ranker"
+
+
+class XRLinear(XMCModel):
+    """TF-IDF -> :class:`~xtransformer.ranker.HierarchicalLinear` (or a forest of them), beam search."""
+
+    kind = "xrlinear"
+    settings_class = XRLinearSettings
+    needs_text = False
+
+    def __init__(self, records: ModelRecords, tfidf: TfidfFeatures, model: HierarchicalLinear | LinearForest):
+        super().__init__(records)
+        self.tfidf = tfidf
+        self.model = model
+
+    # ------------------------------------------------------------------ training
+    @classmethod
+    def stage_keys(cls, s: XRLinearSettings, data_key: str, n_labels: int, trainer: Any = None) -> dict[str, str]:
+        tfidf = tfidf_key(data_key, s.tfidf)
+        x = s.xrlinear
+        return {"tfidf": tfidf,
+                "xrlinear": settings_key("xrlinear", tfidf, x.training_settings(), *x.overlap_source(x.indexing.n_copies))}
+
+    @classmethod
+    def _check(cls, data: LabeledData, settings: XRLinearSettings) -> None:
+        check_copies_fit(settings.xrlinear.indexing, data.n_labels, "xrlinear.indexing")
+
+    @classmethod
+    def _fit(cls, data: LabeledData, settings: XRLinearSettings, ctx: Any, validation: LabeledData | None,
+             keys: dict[str, str]) -> "XRLinear":
+        x = settings.xrlinear
+        tfidf, X = tfidf_stage(ctx.cache, data, settings.tfidf, keys["tfidf"])
+
+        def build(tmp: Path) -> None:
+            model, report = fit_tree_model(x.indexing, x.nr_splits, x.model, X, data.Y, data.label_ids, x.n_trees)
+            save_json(report, tmp / "index_report.json")
+            model.save(tmp / "model")
+
+        folder = ctx.cache.run("xrlinear", keys["xrlinear"], build, settings=x.training_settings())
+        model = load_tree_model(folder / "model")
+        model.config = x.model  # prediction settings (beam, top-k, post-processor) come from these settings
+        out = cls(ModelRecords.of(data, ranker_predict_settings(x.model), settings.training_settings()), tfidf, model)
+        out.report = {"stage_keys": keys, "index": index_section(x.indexing.n_copies, model.chain[-1])}
+        return out
+
+    # ------------------------------------------------------------------ prediction
+    def _predict_texts(self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None) -> sp.csr_matrix:
+        return with_settings(self.model, settings).predict(self.tfidf.from_texts(texts))
+
+    def _predict_features(self, X: sp.spmatrix, settings: dict[str, Any]) -> sp.csr_matrix:
+        return with_settings(self.model, settings).predict(self.tfidf.from_features(X))
+
+    # ------------------------------------------------------------------ folders
+    def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
+        self.tfidf.save(tmp / TFIDF_DIR)
+        self.model.save(tmp / RANKER_DIR)
+        return {"kind": self.kind, "tfidf": TFIDF_DIR, "ranker": RANKER_DIR}
+
+    @classmethod
+    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "XRLinear":
+        return cls(records, TfidfFeatures.load(folder / TFIDF_DIR), load_tree_model(folder / RANKER_DIR))
+
+
+def ranker_predict_settings(config: Any) -> dict[str, Any]:
+    """A linear model's prediction record, plus its thread count (a run setting prediction still needs)."""
+    return config.prediction_settings() | {"threads": config.threads}
+
+
+def index_section(n_copies: int, C: sp.spmatrix) -> dict[str, Any]:
+    """``metrics.json``'s ``index``: λ and how much the leaf level a model uses overlaps."""
+    return {"n_copies": n_copies, **overlap_summary(C)}
+
+
+def fit_tree_model(icfg: IndexingConfig, nr_splits: int, mcfg: HierarchicalLinearConfig, feats: sp.csr_matrix,
+                   Y: sp.csr_matrix, label_ids: Any, n_trees: int = 1) -> tuple[HierarchicalLinear | LinearForest, dict[str, Any]]:
+    """PIFA tree on ``feats`` (seen ``nr_splits``-way) and the hierarchical linear model over it; with
+    ``icfg.n_copies > 1`` the tree's overlap is learned first (train on the partition, count where its
+    search sends each label, retrain). ``n_trees > 1``: as many trees, k-means seeded ``icfg.seed + i``,
+    one model each, averaged (a :class:`LinearForest`). Returns the model and the indexing report."""
+    models, reports = [], []
+    for i in range(n_trees):
+        tcfg = dataclasses.replace(icfg, seed=icfg.seed + i) if i else icfg
+        chain, report = build_index(tcfg, Y, X_train_tfidf=feats, label_ids=label_ids)
+        chain = chain.subsample(nr_splits)
+        if tcfg.n_copies > 1:
+            chain, report["disentangle"] = learn_overlap(chain, feats, Y, tcfg, mcfg)
+        models.append(HierarchicalLinear.train(feats, Y, list(chain), mcfg, merge=tcfg.merge))
+        reports.append(report)
+        if n_trees > 1:
+            log.info("tree %d of %d trained", i + 1, n_trees)
+    if n_trees == 1:
+        return models[0], reports[0]
+    return LinearForest(models), {**reports[0], "trees": reports}

@@ -1,0 +1,168 @@
+"""The XR-Transformer model class: fit, predict, save, load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import scipy.sparse as sp
+
+from xtransformer.data.inputs import LabeledData
+from xtransformer.data.tfidf import TfidfFeatures, tfidf_key, tfidf_stage
+from xtransformer.indexing import ClusterChain, IndexingConfig, check_copies_fit
+from xtransformer.matcher.config import MatcherConfig
+from xtransformer.matcher.inference import LoadedMatcher
+from xtransformer.matcher.train import check_model
+from xtransformer.methods.base import ModelRecords, with_settings
+from xtransformer.methods.neural import (
+    RANKER_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, index_stage, outputs_key,
+)
+from xtransformer.methods.xrlinear import fit_tree_model, index_section
+from xtransformer.methods.xrlinear.model import ranker_predict_settings
+from xtransformer.methods.xrtransformer.config import (
+    FinalModelConfig, XRTransformerConfig, XRTransformerConfigError, XRTransformerSettings,
+)
+from xtransformer.methods.xrtransformer.features import combine_with_head, final_features
+from xtransformer.methods.xrtransformer.levels import EMBED_STAGE, LEVEL_STAGE, n_matched
+from xtransformer.ranker import HierarchicalLinear, LinearForest, load_tree_model
+from xtransformer.utils.io import save_json, settings_key
+
+
+class XRTransformer(NeuralModel):
+    """TF-IDF + the fine-tuned encoder's embeddings -> the final linear tree model (beam search),
+    optionally combined with the label-level head (``combine_head``)."""
+
+    kind = "xrtransformer"
+    settings_class = XRTransformerSettings
+
+    def __init__(self, records: ModelRecords, tfidf: TfidfFeatures, matcher: LoadedMatcher, features: dict[str, Any],
+                 final: HierarchicalLinear | LinearForest | None = None, chain: ClusterChain | None = None):
+        super().__init__(records, tfidf, matcher, features)
+        self.final = final
+        self.chain = chain  # the indexing tree it fine-tuned over (known after fit, not saved)
+
+    # ------------------------------------------------------------------ training
+    @classmethod
+    def stage_keys(cls, s: XRTransformerSettings, data_key: str, n_labels: int, trainer: Any) -> dict[str, Any]:
+        """Every stage's cache key, from the settings, the training data's content key, the label
+        count (the level plan) and the trainer's placement and precision. Level ``t``'s key builds
+        on level ``t - 1``'s plus its own size and schedule: changing a level's schedule retrains
+        from that level on."""
+        x, m = s.xrtransformer, s.matcher
+        sizes = level_plan(n_labels, s.indexing, x, m)
+        tfidf = tfidf_key(data_key, s.tfidf)
+        indexing = index_key(s, tfidf, trainer.precision)
+        key = settings_key("xrtransformer", indexing, m.training_settings(levels=False), x.fine_tune_settings(),
+                           trainer.placement())
+        levels = []
+        for t, (n, sched) in enumerate(zip(sizes, m.level_schedule(len(sizes)))):
+            # levels after the first pool as the first resolved: folders of older rules are not reused
+            key = settings_key(LEVEL_STAGE, key, n, sched, *([{"pooling": "as level 0"}] if t else []))
+            levels.append(key)
+        outputs = outputs_key(EMBED_STAGE, levels[-1], m, trainer.precision)
+        final = settings_key("xrfinal", outputs, tfidf, x.final.training_settings())
+        return {"tfidf": tfidf, "indexing": indexing, LEVEL_STAGE: tuple(levels), EMBED_STAGE: outputs, "xrfinal": final}
+
+    @classmethod
+    def _check(cls, data: LabeledData, s: XRTransformerSettings) -> None:
+        data.require_texts(f"method={cls.kind}")
+        check_model(s.matcher)
+        check_copies_fit(s.indexing, data.n_labels, "indexing")
+        if s.xrtransformer.final.tree == "recluster":
+            check_copies_fit(s.xrtransformer.final.indexing, data.n_labels, "xrtransformer.final.indexing")
+
+    @classmethod
+    def _fit(cls, data: LabeledData, s: XRTransformerSettings, ctx: Any, validation: LabeledData | None,
+             keys: dict[str, Any]) -> "XRTransformer | None":
+        from xtransformer.methods.xrtransformer.finetune import fine_tune
+
+        mcfg = ctx.matcher_settings(s.matcher)
+        tfidf, X = tfidf_stage(ctx.cache, data, s.tfidf, keys["tfidf"])
+        chain, _ = index_stage(ctx, data, X, s, keys["indexing"])
+        tree = chain.subsample(s.xrtransformer.nr_splits)
+        tuned = fine_tune(ctx, data, list(tree), mcfg, s.xrtransformer, keys[LEVEL_STAGE], validation)
+        if not ctx.is_rank_zero:
+            return None  # a DDP helper process: its share of the fine-tuning is done
+        fcfg = s.xrtransformer.final
+        features = embedding_record(fcfg.features, fcfg.model.neural_weight, mcfg)
+        predict = (encoder_predict_settings(mcfg, ctx.trainer.precision) | {"combine_head": fcfg.combine_head}
+                   | ranker_predict_settings(fcfg.model))
+        records = ModelRecords.of(data, predict, s.training_settings() | {"matcher": mcfg.training_settings(levels=True),
+                                                                          "trainer": ctx.trainer.placement()})
+        model = cls(records, tfidf, LoadedMatcher.load(tuned.model_dir, ctx.trainer.device), features, chain=chain)
+        model.to(ctx.trainer.device)
+        emb, _ = model.embed_stage(ctx, EMBED_STAGE, keys[EMBED_STAGE], data, mcfg.progress)
+        model.final = final_stage(ctx, keys["xrfinal"], data, final_features(fcfg.features, X, emb, fcfg.model.neural_weight),
+                                  s, tree)
+        model.report |= {"stage_keys": keys, "levels": tuned.levels,
+                         "index": index_section(s.indexing.n_copies, chain.leaf_assignment)}
+        return model
+
+    # ------------------------------------------------------------------ prediction
+    def _predict_texts(self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None) -> sp.csr_matrix:
+        X = self.tfidf.from_texts(texts)
+        emb, head = self.embed(texts, settings)
+        model = with_settings(self.final, settings)
+        scores = model.predict(final_features(self.features["kind"], X, emb, self.features["neural_weight"]))
+        if not settings.get("combine_head"):
+            return scores
+        try:
+            return combine_with_head(scores, head, model.config.post_processor, settings["combine_head"],
+                                     model.config.topk)
+        except ValueError as err:
+            raise XRTransformerConfigError(f"xrtransformer.{err}") from None
+
+    # ------------------------------------------------------------------ folders
+    def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
+        components = self._save_neural(tmp)  # the encoder, and the head for combine_head
+        self.final.save(tmp / RANKER_DIR)
+        return components
+
+    @classmethod
+    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "XRTransformer":
+        tfidf, matcher = cls._load_neural(folder)
+        return cls(records, tfidf, matcher, components["features"], load_tree_model(folder / RANKER_DIR))
+
+
+def final_stage(ctx: Any, key: str, data: LabeledData, feats: sp.csr_matrix, s: XRTransformerSettings,
+                tree: ClusterChain) -> HierarchicalLinear | LinearForest:
+    """The final linear model on TF-IDF ⊕ the fine-tuned embeddings (stage ``xrfinal``), over the
+    fine-tuning tree (``final.tree: same``, its copies included) or a tree re-clustered on the
+    features (``recluster``, PECOS's refined indexer)."""
+    fcfg = s.xrtransformer.final
+
+    def build(tmp: Path) -> None:
+        if fcfg.tree == "recluster":
+            model, report = fit_tree_model(fcfg.indexing, fcfg.nr_splits, fcfg.model, feats, data.Y, data.label_ids,
+                                           fcfg.n_trees)
+            save_json(report, tmp / "index_report.json")
+        else:
+            model = HierarchicalLinear.train(feats, data.Y, list(tree), fcfg.model, merge=s.indexing.merge)
+        model.save(tmp / "model")
+
+    folder = ctx.cache.run("xrfinal", key, build, settings=fcfg.training_settings())
+    model = load_tree_model(folder / "model")
+    model.config = fcfg.model  # prediction-time options (beam, top-k, post-processor) come from these settings
+    return model
+
+
+def level_plan(n_labels: int, icfg: IndexingConfig, xcfg: XRTransformerConfig, mcfg: MatcherConfig) -> list[int]:
+    """Cluster counts of the levels XR-Transformer will fine-tune, from the label count and the
+    settings alone (the tree's shape does not depend on the data), so that a schedule that does not
+    name every level, or a first level above ``max_match_clusters``, fails before any data work."""
+    from xtransformer.indexing.kmeans import resolve_n_clusters, tree_levels
+
+    k = resolve_n_clusters(n_labels, icfg.n_clusters, icfg.max_leaf_size)
+    sizes = [1] + [lv.n_nodes for lv in tree_levels(n_labels, k, icfg.branching)[1:]] + [n_labels]
+    tree = [sizes[i] for i in ClusterChain.subsampled_levels(sizes, xcfg.nr_splits)[1:]]
+    matched = tree[:n_matched(tree, xcfg.max_match_clusters)]
+    if not matched:
+        raise XRTransformerConfigError(
+            f"xrtransformer.max_match_clusters={xcfg.max_match_clusters}: the tree's first level has {tree[0]} "
+            "clusters, so no level would be fine-tuned (raise it, or lower xrtransformer.nr_splits)")
+    matched = matched[-1:] if xcfg.levels == "last" else matched
+    mcfg.level_schedule(len(matched))  # raises naming matcher.level_* when the lists do not fit
+    return matched
+
+
+__all__ = ["FinalModelConfig", "XRTransformer", "XRTransformerSettings", "level_plan"]

@@ -1,0 +1,130 @@
+"""The X-Transformer model class: fit, predict, save, load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from xtransformer.data.inputs import LabeledData
+from xtransformer.data.tfidf import TfidfFeatures, tfidf_key, tfidf_stage
+from xtransformer.indexing import ClusterChain, check_copies_fit
+from xtransformer.matcher.inference import LoadedMatcher
+from xtransformer.matcher.train import check_model, fine_tune_matcher, topb_recall
+from xtransformer.methods.base import ModelRecords, with_settings
+from xtransformer.methods.neural import (
+    RANKER_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, index_stage, outputs_key,
+)
+from xtransformer.methods.xrlinear import index_section
+from xtransformer.methods.xtransformer.config import XTransformerSettings
+from xtransformer.ranker import LinearRanker, RankerConfig, concat_features, train_ranker
+from xtransformer.ranker.negatives import binarize
+from xtransformer.utils.io import settings_key
+
+TREE_DIR = "label_tree"
+
+
+class XTransformer(NeuralModel):
+    """TF-IDF + a fine-tuned matcher (top-b clusters, embeddings) -> a LinearRanker over the shortlist."""
+
+    kind = "xtransformer"
+    settings_class = XTransformerSettings
+
+    def __init__(self, records: ModelRecords, tfidf: TfidfFeatures, matcher: LoadedMatcher, features: dict[str, Any],
+                 chain: ClusterChain, ranker: LinearRanker | None = None):
+        super().__init__(records, tfidf, matcher, features)
+        self.chain = chain
+        self.ranker = ranker
+
+    # ------------------------------------------------------------------ training
+    @classmethod
+    def stage_keys(cls, s: XTransformerSettings, data_key: str, n_labels: int, trainer: Any) -> dict[str, str]:
+        tfidf = tfidf_key(data_key, s.tfidf)
+        indexing = index_key(s, tfidf, trainer.precision)
+        matcher = settings_key("matcher", indexing, s.matcher.training_settings(), trainer.placement())
+        outputs = outputs_key("matcher_outputs", matcher, s.matcher, trainer.precision)
+        ranker = settings_key("ranker", outputs if reads_matcher(s.ranker) else indexing, tfidf,
+                              s.ranker.training_settings())
+        return {"tfidf": tfidf, "indexing": indexing, "matcher": matcher, "matcher_outputs": outputs, "ranker": ranker}
+
+    @classmethod
+    def _check(cls, data: LabeledData, s: XTransformerSettings) -> None:
+        data.require_texts(f"method={cls.kind}")
+        check_model(s.matcher)
+        check_copies_fit(s.indexing, data.n_labels, "indexing")
+
+    @classmethod
+    def _fit(cls, data: LabeledData, s: XTransformerSettings, ctx: Any, validation: LabeledData | None,
+             keys: dict[str, str]) -> "XTransformer | None":
+        mcfg = ctx.matcher_settings(s.matcher)
+        tfidf, X = tfidf_stage(ctx.cache, data, s.tfidf, keys["tfidf"])
+        chain, _ = index_stage(ctx, data, X, s, keys["indexing"])
+        folder = fine_tune_matcher(ctx, keys["matcher"], data, chain.leaf_assignment, mcfg, validation)
+        if not ctx.is_rank_zero:
+            return None  # a DDP helper process: its share of the fine-tuning is done
+        features = embedding_record(s.ranker.features, s.ranker.neural_weight, mcfg)
+        predict = encoder_predict_settings(mcfg, ctx.trainer.precision) | ranker_predict_settings(s.ranker)
+        records = ModelRecords.of(data, predict, s.training_settings() | {"trainer": ctx.trainer.placement()})
+        model = cls(records, tfidf, LoadedMatcher.load(folder, ctx.trainer.device), features, chain).to(ctx.trainer.device)
+        model.ranker = model._ranker_stage(ctx, keys, data, X, s)
+        model.report |= {"stage_keys": keys, "index": index_section(s.indexing.n_copies, chain.leaf_assignment)}
+        return model
+
+    def _ranker_stage(self, ctx: Any, keys: dict[str, str], data: LabeledData, X: sp.csr_matrix,
+                      s: XTransformerSettings) -> LinearRanker:
+        rcfg = s.ranker
+        reads = reads_matcher(rcfg)
+        emb, topb = self.embed_stage(ctx, "matcher_outputs", keys["matcher_outputs"], data, s.matcher.progress) \
+            if reads else (None, None)
+
+        def build(tmp: Path) -> None:
+            train_ranker(X, data.Y, self.chain.leaf_assignment, rcfg, emb if rcfg.features != "tfidf" else None,
+                         topb if "man" in rcfg.negatives else None, merge=s.indexing.merge).save(tmp / "model")
+
+        folder = ctx.cache.run("ranker", keys["ranker"], build, settings=rcfg.training_settings())
+        ranker = LinearRanker.load(folder / "model")
+        ranker.config = rcfg  # prediction-time options (post-processor, top-k) come from these settings
+        return ranker
+
+    # ------------------------------------------------------------------ prediction
+    def _predict_texts(self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None) -> sp.csr_matrix:
+        X = self.tfidf.from_texts(texts)
+        emb, topb = self.embed(texts, settings)
+        if report is not None:
+            report["topb"] = topb
+        feats = X if self.features["kind"] == "tfidf" else concat_features(X, emb, weight=self.features["neural_weight"])
+        return with_settings(self.ranker, settings).predict(feats, topb)
+
+    def _diagnose(self, data: LabeledData, report: dict[str, Any]) -> dict[str, Any]:
+        """The matcher's cluster recall: the share of a document's true clusters in its top-b."""
+        if "topb" not in report:
+            return {}
+        topb, Y = report["topb"], data.Y[np.flatnonzero(report["kept"])]
+        b = int(np.diff(topb.indptr).max(initial=0))
+        recall = topb_recall(topb, binarize(Y @ self.chain.leaf_assignment))
+        return {"matcher_cluster_recall": {f"cluster_recall@{b}": round(100 * recall, 3)}}
+
+    # ------------------------------------------------------------------ folders
+    def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
+        components = self._save_neural(tmp)
+        self.ranker.save(tmp / RANKER_DIR)
+        self.chain.save(tmp / TREE_DIR, self.label_ids)
+        return components | {"label_tree": TREE_DIR}
+
+    @classmethod
+    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "XTransformer":
+        tfidf, matcher = cls._load_neural(folder)
+        return cls(records, tfidf, matcher, components["features"], ClusterChain.load(folder / TREE_DIR),
+                   LinearRanker.load(folder / RANKER_DIR))
+
+
+def reads_matcher(rcfg: RankerConfig) -> bool:
+    """Whether the ranker trains on the matcher's outputs (neural features or matcher-aware negatives)."""
+    return rcfg.features != "tfidf" or "man" in rcfg.negatives
+
+
+def ranker_predict_settings(rcfg: RankerConfig) -> dict[str, Any]:
+    """The ranker's prediction record and thread count; one level, so no beam."""
+    return {k: v for k, v in (rcfg.prediction_settings() | {"threads": rcfg.threads}).items() if k != "beam_size"}
