@@ -1,7 +1,7 @@
 """How to combine XR-Transformer with XR-Linear (``combine_weight``, final-model trees), chosen by
 K-fold cross-validation on the training documents.
 
-    python benchmarks/bench_xr_combination.py --cache-dir CACHE   # CACHE: the stage cache of `python train.py experiment=eurlex57k_xr_ensemble`
+    python experiments/xr_combination/bench_xr_combination.py --cache-dir CACHE   # CACHE: the stage cache of `python train.py experiment=eurlex57k_xr_ensemble`
 
 One held-out split of 5,000 documents moves P@1 by 0.02 per document, as much as the choices
 differ, so every training document is held out once: for each of ``--folds`` folds, XR-Linear and
@@ -24,11 +24,12 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+sys.path[:0] = [str(EXPERIMENTS / "matcher_weight"), str(EXPERIMENTS / "xr_budget")]
 from bench_matcher_weight import METRICS, save_selection, selection_parser  # noqa: E402
 from bench_xr_budget import settings, stage_folder  # noqa: E402
 
-WORK = Path(__file__).resolve().parent / "work"
+WORK = Path(__file__).resolve().parents[2] / "benchmarks" / "work"
 SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 

@@ -1,6 +1,6 @@
 """Two costs around the encoder's own compute: tokenising long documents and the AdamW step.
 
-    python benchmarks/bench_matcher_overheads.py [--docs 20000] [--tag eurlex57k]
+    python experiments/matcher_overheads/bench_matcher_overheads.py [--docs 20000] [--tag eurlex57k]
 
 Tokenisation of EURLEX57K training acts with MiniLM's tokenizer at 128 and 256 tokens: the whole
 text, a cut at 16 characters a token (the rule before ``encoders/tokens.py``), and
@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+sys.path[:0] = [str(EXPERIMENTS / "matcher_weight")]
 from bench_matcher_weight import RESULTS  # noqa: E402
 
 
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         _, dt = timed(lambda: [opt.step() for _ in range(10)], repeats=1)
         steps[name] = round(dt / 10 * 1000, 1)
     print({"AdamW step ms": steps}, flush=True)
-    lines = [f"`python benchmarks/bench_matcher_overheads.py --docs {args.docs} --tag {args.tag}` (2 threads)", "",
+    lines = [f"`python experiments/matcher_overheads/bench_matcher_overheads.py --docs {args.docs} --tag {args.tag}` (2 threads)", "",
              "| tokenisation | whole text s | 16 chars a token s | tokenize_texts s | ids equal whole text |",
              "|---|---|---|---|---|"]
     lines += [f"| {r['what']} | {r['whole text s']} | {r['16 chars a token s']} | {r['tokenize_texts s']} | "

@@ -2,12 +2,12 @@
 
 Usage (from the repository root)::
 
-    python benchmarks/bench_disentangle.py --dataset reuters21578 --copies 1,2,3,4,6
-    python benchmarks/bench_disentangle.py --dataset bibtex --n-clusters 16
-    python benchmarks/bench_disentangle.py --dataset eurlex57k --n-clusters 0   # max_leaf_size 100: K = 64
+    python experiments/label_disentanglement/bench_disentangle.py --dataset reuters21578 --copies 1,2,3,4,6
+    python experiments/label_disentanglement/bench_disentangle.py --dataset bibtex --n-clusters 16
+    python experiments/label_disentanglement/bench_disentangle.py --dataset eurlex57k --n-clusters 0   # max_leaf_size 100: K = 64
     # XR-Transformer's final model: TF-IDF ⊕ a fine-tuned encoder's embeddings of every split
     # (<dir>/train.npy, <dir>/dev.npy, as the run's xrembed stage writes them), pruned at 0.01
-    python benchmarks/bench_disentangle.py --dataset eurlex57k --n-clusters 0 --embeddings <dir> --threshold 0.01
+    python experiments/label_disentanglement/bench_disentangle.py --dataset eurlex57k --n-clusters 0 --embeddings <dir> --threshold 0.01
 
 One TF-IDF build per dataset (``benchmarks/workdata.py``), evaluated on the dev split (carved from
 train where the dataset has none). The partition model (λ = 1) is trained once; its beam search
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -211,7 +211,7 @@ def main() -> None:
         print(f"== λ = {lam}\n{table}", flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".md").write_text(f"# Label disentanglement sweep: {problem.name}\n\n"
-                                          f"`python benchmarks/bench_disentangle.py {' '.join(sys.argv[1:])}`\n\n{table}")
+                                          f"`python experiments/label_disentanglement/bench_disentangle.py {' '.join(sys.argv[1:])}`\n\n{table}")
         out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
 
 

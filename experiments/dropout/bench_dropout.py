@@ -1,6 +1,6 @@
 """What the encoder's dropout costs a fine-tuning step on this CPU (``matcher.dropout``).
 
-    python benchmarks/bench_dropout.py [--tag TAG] [--steps 12]
+    python experiments/dropout/bench_dropout.py [--tag TAG] [--steps 12]
 
 MiniLM in training mode, one step (forward, backward, fused AdamW) on 8 documents of 128 tokens
 (EURLEX57K's fine-tuning batch) and on 32 of 64 (Reuters'), at the precision
@@ -21,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+sys.path[:0] = [str(EXPERIMENTS / "matcher_weight")]
 from bench_matcher_weight import RESULTS  # noqa: E402
 
 SHAPES = ((8, 128), (32, 64))
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         print(row, flush=True)
     base = rows[0]
     cpu_name = torch.cpu.get_capabilities().get("cpu_name")
-    lines = [f"`python benchmarks/bench_dropout.py --tag {args.tag} --steps {args.steps}` (2 threads; {cpu_name}; "
+    lines = [f"`python experiments/dropout/bench_dropout.py --tag {args.tag} --steps {args.steps}` (2 threads; {cpu_name}; "
              f"precision {precision}; median of {args.steps} steps)", "",
              "| MiniLM dropout while fine-tuning | step, 8 x 128 tokens s | x | step, 32 x 64 tokens s | x |",
              "|---|---|---|---|---|"]

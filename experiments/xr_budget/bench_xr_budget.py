@@ -4,16 +4,16 @@ On a GPU machine that holds the data, the plain run is the whole experiment:
 
     python train.py experiment=eurlex57k_xr trainer=gpu 'matcher.level_steps=[400,800,1600]' matcher.max_length=512
 
-The lent GPU machine of this workplace takes at most 64 MiB of files, so the table in
-benchmarks/README.md was measured in three steps: a payload of what fine-tuning needs (EURLEX57K
+The GPU machine they ran on took at most 64 MiB of files, so the tables in
+experiments/xr_budget/README.md were measured in three steps: a payload of what fine-tuning needs (EURLEX57K
 texts cut to their first 400 words, which covers 512 tokens; MiniLM stored in fp16 with the rows of
 tokens EURLEX never uses zeroed; the labels; the fine-tuning tree of a CPU run's stage cache),
 fine-tuning and embedding on the GPU (embeddings sent back as int8, row-scaled), and the final
 linear model here on the CPU run's cached TF-IDF:
 
-    python benchmarks/bench_xr_budget.py payload --cache-dir CACHE --out .dev      # here
-    python benchmarks/bench_xr_budget.py finetune --payload .dev --out $OUT x4 trainer=gpu 'matcher.level_steps=[400,800,1600]'
-    python benchmarks/bench_xr_budget.py final --cache-dir CACHE --emb DIR/x4 --xrlinear PRED.npz x4
+    python experiments/xr_budget/bench_xr_budget.py payload --cache-dir CACHE --out .dev      # here
+    python experiments/xr_budget/bench_xr_budget.py finetune --payload .dev --out $OUT x4 trainer=gpu 'matcher.level_steps=[400,800,1600]'
+    python experiments/xr_budget/bench_xr_budget.py final --cache-dir CACHE --emb DIR/x4 --xrlinear PRED.npz x4
 
 With ``--holdout N`` (payload and final alike) the payload's "train" / "dev" are the training
 documents fitted on and N random ones held out (``holdout_rows``, as bench_matcher_weight.py): a
@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = ["logger=none", "paths.output_dir=/tmp/xr-budget"]
 SPLITS = ("train", "dev")
 EXPERIMENT_NAME = "eurlex57k_xr"  # the experiment whose settings overrides amend, unless --experiment

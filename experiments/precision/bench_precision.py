@@ -1,6 +1,6 @@
 """fp32 against bf16 autocast for MiniLM on this machine's processor: what ``trainer.precision=auto`` picks.
 
-    python benchmarks/bench_precision.py [--tag TAG]
+    python experiments/precision/bench_precision.py [--tag TAG]
 
 A training step (forward, backward, fused AdamW) on 8 and on 32 documents of 128 tokens, and
 encoding (inference) of 64 documents of 256 tokens in batches of 8, each at fp32 and under bf16
@@ -16,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+sys.path[:0] = [str(EXPERIMENTS / "matcher_overheads"), str(EXPERIMENTS / "matcher_weight")]
 from bench_matcher_overheads import timed  # noqa: E402
 from bench_matcher_weight import RESULTS  # noqa: E402
 
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     found = torch.cpu.get_capabilities()
     caps = {k: bool(v) for k, v in found.items() if k in ("avx2", "avx512_f", "avx512_bf16", "amx_bf16")}
     auto = resolve_precision("auto", "cpu")
-    lines = [f"`python benchmarks/bench_precision.py --tag {args.tag}` (2 threads; {found.get('cpu_name')}: "
+    lines = [f"`python experiments/precision/bench_precision.py --tag {args.tag}` (2 threads; {found.get('cpu_name')}: "
              + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in caps.items())
              + f"; native bf16: {'yes' if native_bf16('cpu') else 'no'}, so `trainer.precision=auto` is {auto})", "",
              "| precision | train step, 8 x 128 tokens s | train step, 32 x 128 s | encode, 256 tokens docs/s |",

@@ -1,7 +1,7 @@
 """XR-Linear's negatives, weight pruning, number of trees and label weighting for the EURLEX57K
 experiment, chosen on held-out training documents.
 
-    python benchmarks/bench_xrlinear_settings.py --cache-dir CACHE   # CACHE: the stage cache of `python train.py experiment=eurlex57k_xr`
+    python experiments/xrlinear_settings/bench_xrlinear_settings.py --cache-dir CACHE   # CACHE: the stage cache of `python train.py experiment=eurlex57k_xr`
 
 XR-Linear (``stages.tree_model``, the run's tree and solver otherwise) is trained on all but
 ``--holdout`` random training documents of the run's TF-IDF and scores those: first one tree for
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+sys.path[:0] = [str(EXPERIMENTS / "matcher_weight")]
 from bench_matcher_weight import holdout_problem, save_selection, score_cells, selection_parser  # noqa: E402
 
 SOLVERS = (("tfn", 0.1), ("tfn", 0.01), ("tfn+man", 0.1), ("tfn+man", 0.01))

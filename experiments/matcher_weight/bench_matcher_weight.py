@@ -1,7 +1,7 @@
 """The weight of the tree's path score at the label level (``matcher_weight`` w of the hierarchical
 linear model: a label scores t(label) * path^w), chosen on held-out training documents.
 
-    python benchmarks/bench_matcher_weight.py --cache-dir CACHE   # CACHE: the stage cache of `python train.py experiment=eurlex57k_xr`
+    python experiments/matcher_weight/bench_matcher_weight.py --cache-dir CACHE   # CACHE: the stage cache of `python train.py experiment=eurlex57k_xr`
 
 For XR-Transformer's final model (TF-IDF ⊕ the run's fine-tuned embeddings) and for XR-Linear
 (TF-IDF), each with the run's settings (``stages.train_final`` / ``stages.tree_model``): train on all
@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+sys.path[:0] = [str(EXPERIMENTS / "xr_budget")]
 from bench_xr_budget import holdout_rows, settings, stage_folder  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 METRICS = ("P@1", "P@3", "P@5", "nDCG@5")
 

@@ -1,7 +1,7 @@
 """The TF-IDF lead block (``tfidf.lead_chars`` / ``tfidf.lead_weight``: a second block from each
 document's first characters), chosen on held-out training documents with XR-Linear.
 
-    python benchmarks/bench_lead_tfidf.py            # EURLEX57K (experiment=eurlex57k_xr's settings)
+    python experiments/lead_tfidf/bench_lead_tfidf.py            # EURLEX57K (experiment=eurlex57k_xr's settings)
 
 For every opening length and weight: the body and lead vectorisers of ``xtransformer.data.tfidf``
 fit on the training texts (no labels), XR-Linear with the run's settings (``stages.tree_model``)
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+sys.path[:0] = [str(EXPERIMENTS / "matcher_weight"), str(EXPERIMENTS / "xr_budget")]
 from bench_matcher_weight import save_selection, score_cells  # noqa: E402
 from bench_xr_budget import settings  # noqa: E402
 
