@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies import each other across their folders
 sys.path[:0] = [str(EXPERIMENTS / "matcher_weight"), str(EXPERIMENTS / "xr_budget")]
 from bench_matcher_weight import save_selection, score_cells  # noqa: E402
 from bench_xr_budget import settings  # noqa: E402

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies import each other across their folders
 sys.path[:0] = [str(EXPERIMENTS / "matcher_weight")]
 from bench_matcher_weight import RESULTS  # noqa: E402
 

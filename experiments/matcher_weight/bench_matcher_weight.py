@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies import each other across their folders
 sys.path[:0] = [str(EXPERIMENTS / "xr_budget")]
 from bench_xr_budget import holdout_rows, settings, stage_folder  # noqa: E402
 

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies import each other across their folders
 sys.path[:0] = [str(EXPERIMENTS / "matcher_overheads"), str(EXPERIMENTS / "matcher_weight")]
 from bench_matcher_overheads import timed  # noqa: E402
 from bench_matcher_weight import RESULTS  # noqa: E402

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies share helpers across their folders
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies import each other across their folders
 sys.path[:0] = [str(EXPERIMENTS / "matcher_weight")]
 from bench_matcher_weight import holdout_problem, save_selection, score_cells, selection_parser  # noqa: E402
 
