@@ -47,7 +47,7 @@ class SyntheticSpec:
     @property
     def tag(self) -> str:
         """Short folder-friendly name: sizes plus the seed."""
-        return f"synthetic-n{self.n_train}-l{self.n_labels}-f{self.n_features}-s{self.seed}"
+        return f"synthetic-n{self.n_train}-l{self.n_labels}-f{self.n_features}-seed{self.seed}"
 
     def as_dict(self) -> dict:
         return asdict(self)

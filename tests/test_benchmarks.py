@@ -158,7 +158,7 @@ def test_cli_end_to_end_on_synthetic(tmp_path: Path) -> None:
     result = main(["--synthetic", "300x40", "--n-test", "80", "--n-features", "2000",
                    "--systems", "popular,ours-xrlinear", "--repeats", "2", "--reference", "popular",
                    "--out", str(out), "--work", str(tmp_path / "work")])
-    name = "synthetic-n300-l40-f2000-s0"
+    name = "synthetic-n300-l40-f2000-seed0"
     saved = json.loads((out / f"{name}.json").read_text())
     assert (out / f"{name}.md").read_text() == saved["markdown"] == result["markdown"]
     row = saved["summary"]["popular"]

@@ -1,0 +1,99 @@
+"""What the encoder's dropout costs a fine-tuning step on this CPU (``matcher.dropout``).
+
+    python experiments/dropout/bench_dropout.py [--tag TAG] [--steps 12]
+
+MiniLM in training mode, one step (forward, backward, fused AdamW) on 8 documents of 128 tokens
+(EURLEX57K's fine-tuning batch) and on 32 of 64 (Reuters'), at the precision
+``trainer.precision=auto`` picks here: with the model's own dropout (0.1 on hidden states and on
+attention weights), with attention dropout off only, and with every dropout off
+(``matcher.dropout=0``). The median of ``--steps`` steps after a warm-up, 2 threads, random token
+ids (the cost does not depend on them). Attention dropout keeps PyTorch's scaled-dot-product
+attention off its fused CPU kernel (the math path materialises every attention matrix) and draws a
+random number per attention weight. Prints the table and writes
+``benchmarks/results/dropout-<tag>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies import each other across their folders
+sys.path[:0] = [str(EXPERIMENTS / "matcher_weight")]
+from bench_matcher_weight import RESULTS  # noqa: E402
+
+SHAPES = ((8, 128), (32, 64))
+# (row, hidden-state rate, attention rate); MiniLM's own rates are 0.1 / 0.1
+SETTINGS = (("the model's (0.1 / 0.1)", 0.1, 0.1), ("attention dropout 0", 0.1, 0.0), ("matcher.dropout=0", 0.0, 0.0))
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    from xtransformer.encoders import autocast_context, pretrained_encoder, resolve_model, set_dropout
+    from xtransformer.utils.hardware import resolve_precision
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tag", default="cpu")
+    ap.add_argument("--steps", type=int, default=12, help="timed steps per cell (the median is reported)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    cpu = torch.device("cpu")
+    precision = resolve_precision("auto", "cpu")
+    model = pretrained_encoder(resolve_model("minilm")).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+
+    def configure(hidden: float, attention: float) -> None:
+        set_dropout(model, hidden)
+        for name, m in model.named_modules():  # BERT-family attention-probability dropout
+            if isinstance(m, torch.nn.Dropout) and name.endswith("attention.self.dropout"):
+                m.p = attention
+
+    def median_step(batch: dict[str, torch.Tensor]) -> float:
+        def step() -> None:
+            with autocast_context(precision, cpu):
+                loss = model(**batch).last_hidden_state.float().mean(1).square().sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+
+        step()  # warm-up
+        times = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[len(times) // 2]
+
+    rows = []
+    for name, hidden, attention in SETTINGS:
+        configure(hidden, attention)
+        row = {"dropout": name}
+        for n, length in SHAPES:
+            ids = torch.randint(1000, 20000, (n, length))
+            row[f"{n}x{length}"] = round(median_step({"input_ids": ids, "attention_mask": torch.ones_like(ids)}), 3)
+        rows.append(row)
+        print(row, flush=True)
+    base = rows[0]
+    cpu_name = torch.cpu.get_capabilities().get("cpu_name")
+    lines = [f"`python experiments/dropout/bench_dropout.py --tag {args.tag} --steps {args.steps}` (2 threads; {cpu_name}; "
+             f"precision {precision}; median of {args.steps} steps)", "",
+             "| MiniLM dropout while fine-tuning | step, 8 x 128 tokens s | x | step, 32 x 64 tokens s | x |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        cells = [f"{r[f'{n}x{m}']} | {base[f'{n}x{m}'] / r[f'{n}x{m}']:.2f}" for n, m in SHAPES]
+        lines.append(f"| {r['dropout']} | " + " | ".join(cells) + " |")
+    table = "\n".join(lines)
+    print(table)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"dropout-{args.tag}.json").write_text(json.dumps({"precision": precision, "cpu": cpu_name,
+                                                                  "rows": rows}, indent=1))
+    (RESULTS / f"dropout-{args.tag}.md").write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
