@@ -95,7 +95,9 @@ def prepare_dataset(name: str, work_root: Path, eval_split: str | None = None,
     ds = load_dataset(name, max_docs=max_docs, **({"eval_split": eval_split} if eval_split else {}))
     X = tfidf_features(ds, cfg)
     mats = {split: (X[split], ds.splits[split].Y) for split in ds.splits}
-    source = {"dataset": ds.name, "root": str(ds.root), "source_key": ds.source_key,
+    from xtransformer.data.inputs import LabeledData
+
+    source = {"dataset": ds.name, "root": str(ds.root), "train_key": LabeledData.from_split(ds, "train").key,
               "dev_carved_from_train": ds.dev_carved_from_train, "max_docs": max_docs,
               "tfidf": cfg.training_settings() if tfidf else "xtransformer TfidfConfig defaults"}
     return _write(folder, ds.name + suffix, "train", ds.eval_split, mats, source)
