@@ -9,7 +9,7 @@
 ``loop`` trains the same module (same seed, same initial weights) on the same batches (the
 matcher's own DataModule, same order) with the same AdamW groups, warmup/decay schedule, gradient
 clipping and precision, once through ``lightning.Trainer`` (with its CSV logger and the module's
-``self.log`` calls, as ``train_matcher`` runs it; no checkpoints) and once through a plain
+``self.log`` calls, as ``fine_tune_matcher`` runs it; no checkpoints) and once through a plain
 ``for batch in loader`` loop; steps/s counts the steps after ``--warmup``. Repeats alternate the
 order of the two because the machine is shared: read the per-repeat ratio more than the absolute
 numbers. Lightning's cost is a fixed few milliseconds per step, so the ratio depends on the step
@@ -18,7 +18,7 @@ time: measure that cost on tiny steps, and the ratio on the real model.
 ``speed`` times ``--steps`` training steps and the encoding of ``--docs`` Reuters test documents in
 each precision, interleaved. ``reuters`` builds clusters (PIFA-TF-IDF + our hierarchical balanced
 k-means, K = ``--clusters``), scores the test split with the untrained encoder + random head, then
-runs ``train_matcher`` and scores again (recall@b for several b from one top-``max b`` shortlist).
+runs ``fine_tune_matcher`` and scores again (recall@b for several b from one top-``max b`` shortlist).
 
 Results print as JSON and go to ``benchmarks/work/matcher/<mode>-<model>-<precision>.json``.
 """
@@ -77,7 +77,7 @@ def build(args: argparse.Namespace, cfg: Any, texts: dict, Y: dict, C: sp.csr_ma
 
     from xtransformer.encoders import resolve_model
     from xtransformer.matcher.datamodule import MatcherDataModule
-    from xtransformer.matcher.module import MatcherModule
+    from xtransformer.matcher.module import MatcherModule, TrainOptions
 
     corpus = texts["train"] if args.model.startswith("tiny:") else None
     base = resolve_model(args.model, corpus=corpus)
@@ -85,9 +85,8 @@ def build(args: argparse.Namespace, cfg: Any, texts: dict, Y: dict, C: sp.csr_ma
     dm.prepare_data()
     dm.setup("fit")
     pl.seed_everything(cfg.seed, verbose=False)
-    module = MatcherModule(str(base), C.shape[1], pooling=cfg.pooling, lr=cfg.lr, head_lr=cfg.head_lr,
-                           weight_decay=cfg.weight_decay, adam_eps=cfg.adam_eps, warmup_ratio=cfg.warmup_ratio,
-                           topb=cfg.topb, with_token_types=dm.tokens["train"].type_ids is not None)
+    module = MatcherModule(str(base), C.shape[1], TrainOptions.of(cfg),
+                           with_token_types=dm.tokens["train"].type_ids is not None)
     return module, dm
 
 
@@ -179,10 +178,10 @@ def cmd_loop(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def encode_speed(module: Any, tokens: Any, precision: str, batch_size: int) -> float:
-    from xtransformer.matcher.inference import predict_tokens
+    from xtransformer.matcher.inference import EncodeOptions, predict_tokens
 
     start = time.perf_counter()
-    predict_tokens(module.encoder, module.head, module.pooling, tokens, batch_size, 1, precision, progress=False)
+    predict_tokens(module, tokens, EncodeOptions(batch_size=batch_size, topb=1, precision=precision, progress=False))
     return len(tokens) / (time.perf_counter() - start)
 
 
@@ -234,17 +233,19 @@ def recall_at(topb: sp.csr_matrix, targets: sp.csr_matrix, bs: list[int]) -> dic
 def cmd_reuters(args: argparse.Namespace) -> dict[str, Any]:
     import lightning.pytorch as pl
 
-    from xtransformer.matcher import train_matcher
+    from xtransformer import StageCache, TrainContext, TrainerConfig
+    from xtransformer.data.inputs import LabeledData
+    from xtransformer.matcher import fine_tune_matcher
     from xtransformer.matcher.datamodule import instance_cluster_targets
-    from xtransformer.matcher.inference import predict_tokens
+    from xtransformer.matcher.inference import EncodeOptions, LoadedMatcher, predict_tokens
 
     texts, Y, C = reuters_problem(args.clusters, args.seed)
     targets = instance_cluster_targets(Y["test"], C)
     cfg = matcher_config(args, checkpoint_every_n_steps=100, eval_batch_size=args.eval_batch_size)
     module, dm = build(args, cfg, texts, Y, C)
     start = time.perf_counter()
-    before = predict_tokens(module.encoder, module.head, module.pooling, dm.tokens["test"], args.eval_batch_size,
-                            max(args.b), args.precision, progress=False)
+    options = EncodeOptions(batch_size=args.eval_batch_size, topb=max(args.b), precision=args.precision, progress=False)
+    before = predict_tokens(module, dm.tokens["test"], options)
     untrained_docs_per_s = len(dm.tokens["test"]) / (time.perf_counter() - start)
 
     class Stamps(pl.Callback):
@@ -256,15 +257,24 @@ def cmd_reuters(args: argparse.Namespace) -> dict[str, Any]:
 
     stamps = Stamps()
     out_dir = WORK / f"reuters-{args.model.replace('/', '_').replace(':', '_')}-{args.precision}-{args.steps}"
-    trainer = {"accelerator": "cpu", "devices": 1, "precision": args.precision, "enable_progress_bar": False,
-               "enable_model_summary": False, "num_sanity_val_steps": 0, "log_every_n_steps": 10}
-    outputs = train_matcher(cfg, trainer, texts, Y, C, out_dir, val_split="dev", callbacks=[stamps])
-    metrics = outputs.metrics
+    ctx = TrainContext(cache=StageCache(out_dir), trainer=TrainerConfig(precision=args.precision),
+                       lightning={"enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
+                                  "log_every_n_steps": 10}, callbacks=[stamps])
+    ids = [str(j) for j in range(C.shape[0])]
+    start = time.perf_counter()
+    folder = fine_tune_matcher(ctx, "reuters", LabeledData.build(texts["train"], Y["train"], ids), C, cfg,
+                               LabeledData.build(texts["dev"], Y["dev"], ids))
+    train_seconds = time.perf_counter() - start
+    matcher = LoadedMatcher.load(folder)
+    start = time.perf_counter()
+    trained = matcher.encode(texts["test"], options)
+    metrics = {"train_seconds": train_seconds, "global_step": matcher.meta["global_step"],
+               "inference_docs_per_s": len(texts["test"]) / (time.perf_counter() - start)}
     return {
         "n_clusters": C.shape[1], "n_labels": C.shape[0],
         "true_clusters_per_test_doc": round(float(np.diff(targets.indptr).mean()), 3),
         "untrained": recall_at(before.topb, targets, args.b),
-        "trained": recall_at(outputs.topb("test"), targets, args.b),
+        "trained": recall_at(trained.topb, targets, args.b),
         "train_steps_per_s": steps_per_second(stamps.stamps, args.warmup) if len(stamps.stamps) > args.warmup + 1
         else None,
         "train_seconds": metrics.get("train_seconds"), "global_step": metrics.get("global_step"),

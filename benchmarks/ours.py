@@ -88,7 +88,7 @@ class OursIndexing(_Ours):
         from xtransformer.indexing import hierarchical_kmeans, label_representation
 
         cfg = self.config()
-        Z, _ = label_representation(cfg.name, Y, X, normalize_y_rows=cfg.normalize_y_rows,
+        Z, _ = label_representation(cfg.name, Y, X_tfidf=X, normalize_y_rows=cfg.normalize_y_rows,
                                     orphan_fallback=cfg.orphan_fallback, seed=cfg.seed, threads=cfg.threads)
         self.chain = hierarchical_kmeans(Z, n_clusters=cfg.n_clusters, max_leaf_size=cfg.max_leaf_size,
                                          branching=cfg.branching, max_iter=cfg.max_iter, seed=cfg.seed,

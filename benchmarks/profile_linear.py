@@ -80,7 +80,7 @@ def main() -> None:
                              orphan_fallback="none")  # as configs/xrlinear
 
         def index():
-            Z, _ = label_representation(cfg.name, Y, X, normalize_y_rows=cfg.normalize_y_rows,
+            Z, _ = label_representation(cfg.name, Y, X_tfidf=X, normalize_y_rows=cfg.normalize_y_rows,
                                         orphan_fallback=cfg.orphan_fallback, seed=cfg.seed)
             chain = hierarchical_kmeans(Z, n_clusters=cfg.n_clusters, max_leaf_size=cfg.max_leaf_size,
                                         branching=cfg.branching, max_iter=cfg.max_iter, seed=cfg.seed,

@@ -24,7 +24,7 @@ from xtransformer.matcher.datamodule import (
     tokenize_texts,
 )
 from xtransformer.matcher.loss import cluster_recall_at_b, squared_hinge_loss
-from xtransformer.matcher.module import LinearWarmupDecay, MatcherModule
+from xtransformer.matcher.module import LinearWarmupDecay, MatcherModule, TrainOptions
 from xtransformer.matcher.train import topb_recall
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -181,7 +181,7 @@ def test_one_training_step_per_family(family: str, pooling: str, tmp_path: Path)
                         cache_dir=str(tmp_path), progress=False, seed=1)
     dm = MatcherDataModule(tiny_model_dir(family), texts, Y, C, cfg, val_split="dev")
     dm.setup("fit")
-    module = MatcherModule(str(tiny_model_dir(family)), num_clusters=C.shape[1], lr=1e-3,
+    module = MatcherModule(str(tiny_model_dir(family)), num_clusters=C.shape[1], options=TrainOptions(lr=1e-3),
                            with_token_types=dm.tokens["train"].type_ids is not None)
     assert module.pooling == pooling
     frozen = {n for n, p in module.encoder.named_parameters() if not p.requires_grad}
@@ -216,7 +216,7 @@ def test_validation_logs_cluster_precision_equal_to_evaluate(tmp_path: Path) -> 
                         eval_batch_size=5, cache_dir=str(tmp_path), progress=False, seed=1)
     dm = MatcherDataModule(tiny_model_dir("bert"), texts, Y, C, cfg, val_split="dev")
     dm.setup("fit")
-    module = MatcherModule(str(tiny_model_dir("bert")), num_clusters=C.shape[1], lr=1e-3)
+    module = MatcherModule(str(tiny_model_dir("bert")), num_clusters=C.shape[1], options=TrainOptions(lr=1e-3))
     trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                          use_distributed_sampler=False)
@@ -232,7 +232,8 @@ def test_validation_logs_cluster_precision_equal_to_evaluate(tmp_path: Path) -> 
 
 
 def test_no_weight_decay_on_bias_and_layernorm() -> None:
-    module = MatcherModule(str(tiny_model_dir("bert")), num_clusters=3, weight_decay=0.1, head_lr=1e-2)
+    module = MatcherModule(str(tiny_model_dir("bert")), num_clusters=3,
+                           options=TrainOptions(weight_decay=0.1, head_lr=1e-2))
     names = {id(p): n for n, p in module.named_parameters()}
     groups = module.param_groups()
     trainable = [p for p in module.parameters() if p.requires_grad]
@@ -262,7 +263,7 @@ def test_dropout_setting_reaches_every_dropout(family: str) -> None:
 
     a, b = two_passes(MatcherModule(path, num_clusters=3))
     assert not torch.allclose(a, b)
-    off = MatcherModule(path, num_clusters=3, dropout=0.0)
+    off = MatcherModule(path, num_clusters=3, options=TrainOptions(dropout=0.0))
     a, b = two_passes(off)
     assert torch.equal(a, b)
     assert all(m.p == 0.0 for m in off.encoder.modules() if isinstance(m, torch.nn.Dropout))

@@ -1,4 +1,4 @@
-"""train_matcher under Lightning DDP with 2 CPU processes (gloo): ``ddp`` and ``ddp_spawn``."""
+"""The matcher stage under Lightning DDP with 2 CPU processes (gloo): ``ddp`` and ``ddp_spawn``."""
 
 from __future__ import annotations
 
@@ -17,19 +17,27 @@ from tiny_models import build_tiny
 SCRIPT = textwrap.dedent('''
     import json, os, sys
     sys.path.insert(0, {tests!r})
-    from tiny_models import toy_xmc
-    from xtransformer.matcher import MatcherConfig, train_matcher
+    import numpy as np
+    from test_matcher_train import TRAINER, toy_data
+    from xtransformer.cache import StageCache
+    from xtransformer.context import TrainContext, TrainerConfig
+    from xtransformer.matcher import EncodeOptions, LoadedMatcher, MatcherConfig, fine_tune_matcher
 
     def main():
         strategy, model, out = sys.argv[1:4]
         cfg = MatcherConfig(model_name_or_path=model, max_length=32, batch_size=8, lr=1e-3, max_steps=4,
                             checkpoint_every_n_steps=2, val_every_n_steps=2, topb=2, progress=False,
-                            cache_dir=os.path.join(out, "cache"))
-        trainer = {{"accelerator": "cpu", "devices": 2, "strategy": strategy, "enable_progress_bar": False,
-                   "enable_model_summary": False, "num_sanity_val_steps": 0, "log_every_n_steps": 1}}
-        res = train_matcher(cfg, trainer, *toy_xmc(), os.path.join(out, "matcher"))
-        print("RESULT " + json.dumps({{"rank": os.environ.get("LOCAL_RANK", "0"), "splits": res.splits,
-                                      "step": res.metrics["global_step"]}}), flush=True)
+                            cache_dir=os.path.join(out, "tok"))
+        ctx = TrainContext(cache=StageCache(os.path.join(out, "cache")), lightning=TRAINER,
+                           trainer=TrainerConfig(devices=2, strategy=strategy))
+        data, C = toy_data()
+        folder = fine_tune_matcher(ctx, "ddp", data["train"], C, cfg, data["dev"])
+        matcher = LoadedMatcher.load(folder)
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            emb = matcher.encode(data["test"].texts, EncodeOptions(topb=2, progress=False)).embeddings
+            np.save(os.path.join(out, "test.npy"), emb)
+        print("RESULT " + json.dumps({{"rank": os.environ.get("LOCAL_RANK", "0"),
+                                      "step": matcher.meta["global_step"]}}), flush=True)
 
     if __name__ == "__main__":  # ddp_spawn re-imports this file in its workers
         main()
@@ -59,11 +67,11 @@ def test_ddp_and_ddp_spawn_two_cpu_processes(tmp_path: Path) -> None:
         reports = _run(strategy, model, out)
         # ddp: the script runs once per rank and every rank returns the outputs; ddp_spawn: main only.
         assert sorted(r["rank"] for r in reports) == (["0", "1"] if strategy == "ddp" else ["0"])
-        assert all(r["step"] == 4 and r["splits"] == ["train", "dev", "test"] for r in reports)
-        matcher = out / "matcher"
-        assert (matcher / "outputs.json").is_file() and (matcher / "model" / "head.pt").is_file()
-        assert len(list((matcher / "logs").iterdir())) == 1  # one logger run: rank 0 only
-        results[strategy] = np.load(matcher / "embeddings" / "test.npy")
+        assert all(r["step"] == 4 for r in reports)
+        stage = out / "cache" / "stages" / "matcher"
+        assert (stage / "ddp" / "matcher" / "head.safetensors").is_file()  # committed once, by rank 0
+        assert len(list((stage / "_work" / "ddp" / "logs").iterdir())) == 1  # one logger run: rank 0 only
+        results[strategy] = np.load(out / "test.npy")
         assert np.isfinite(results[strategy]).all()
     # Same seed, same shards, same all-reduce: both launchers train the same model.
     np.testing.assert_allclose(results["ddp"], results["ddp_spawn"], atol=1e-4)

@@ -49,7 +49,9 @@ def moved_xr_run(tmp_path_factory):
 def _moved_run(tmp_path_factory, overrides: list[str]) -> dict:
     """Run the pipeline once, then move its model folder away and delete the cache. Counts the
     linear tree models alive when the neural method starts training."""
-    from xtransformer.pipeline import stages
+    from xtransformer.matcher import train as matcher_train
+    from xtransformer.methods.xrtransformer import finetune
+    from xtransformer.methods.xtransformer import model as xtransformer_model
     from xtransformer.pipeline.run import run
 
     tmp = tmp_path_factory.mktemp("run")
@@ -67,9 +69,9 @@ def _moved_run(tmp_path_factory, overrides: list[str]) -> dict:
             return stage(*args, **kwargs)
         return wrapped
 
-    with pytest.MonkeyPatch.context() as mp:
-        for name in ("matcher", "xrtransformer"):
-            mp.setattr(stages, name, counting(getattr(stages, name)))
+    with pytest.MonkeyPatch.context() as mp:  # where each neural method starts fine-tuning
+        mp.setattr(xtransformer_model, "fine_tune_matcher", counting(matcher_train.fine_tune_matcher))
+        mp.setattr(finetune, "fine_tune", counting(finetune.fine_tune))
         metrics = run(cfg)
     split = metrics["eval_split"]
     moved = tmp / "elsewhere" / "model"
@@ -145,7 +147,7 @@ def test_linear_model_let_go_while_the_encoder_trains(run_name, request):
 def test_embedding_length_and_combination_weight_travel_with_the_folder(moved_xr_run):
     """``matcher.embed_max_length`` and ``combine_weight`` are part of what the folder predicts with
     (the reproduction test above shows the run embedded and combined exactly so)."""
-    from xtransformer.matcher.inference import predict_matcher
+    from xtransformer.matcher import EncodeOptions
 
     model = moved_xr_run["model"]
     features = json.loads((model / "xrtransformer" / "manifest.json").read_text())["components"]["features"]
@@ -154,9 +156,8 @@ def test_embedding_length_and_combination_weight_travel_with_the_folder(moved_xr
     assert both["weights"] == pytest.approx([0.7, 0.3])
     # on these texts 48 tokens are not 32: the length the folder records is one that matters
     texts = moved_xr_run["texts"].read_text(encoding="utf-8").splitlines()[:8]
-    folder = XMCModel.load(model, method="xrtransformer").predictor.matcher
-    e32, e48 = (predict_matcher(None, texts, model=folder, device="cpu", progress=False, max_length=n).embeddings
-                for n in (32, 48))
+    matcher = XMCModel.load(model, method="xrtransformer").matcher
+    e32, e48 = (matcher.encode(texts, EncodeOptions(max_length=n, progress=False)).embeddings for n in (32, 48))
     assert not np.allclose(e32, e48)
 
 
@@ -177,7 +178,7 @@ def test_folder_layout_records_and_no_cache_paths(moved_run):
     xt = json.loads((model / "xtransformer" / "predict_settings.json").read_text())
     assert xt["post_processor"] == "l2-hinge" and xt["topb"] == 4 and xt["matcher_weight"] == 0.0
     assert json.loads((model / "xrlinear" / "predict_settings.json").read_text())["beam_size"] == 5
-    train = json.loads((model / "xrlinear" / "train_settings.json").read_text())
+    train = json.loads((model / "xrlinear" / "train_settings.json").read_text())["xrlinear"]
     assert "beam_size" not in train["model"] and train["model"]["negatives"] == "tfn"
     assert (model / "xtransformer" / "matcher" / "head.safetensors").is_file()
     assert (model / "xrlinear" / "tfidf" / "idf.npz").is_file()
@@ -205,7 +206,7 @@ def test_api_predict_names_overrides_and_empty_text(moved_run):
     assert len(out[0]["labels"]) == 3 and out[0]["scores"] == sorted(out[0]["scores"], reverse=True)
     assert all(isinstance(n, str) for n in out[0]["names"])
     # TF-IDF rows in, same answer (linear models predict from features)
-    X = model.predictor.tfidf.from_texts([texts[0]])
+    X = model.tfidf.from_texts([texts[0]])
     assert model.predict_features(X, k=3)[0] == out[0]
     assert len(model.predict(texts, k=30)[0]["labels"]) == 30  # k above the stored top-k
     assert model.predict(texts, k=3, post_processor="noop")[0]["scores"] != out[0]["scores"]

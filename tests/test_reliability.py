@@ -408,7 +408,7 @@ def _first_run(ctx: Ctx, overrides: tuple[str, ...]) -> None:
 
 
 def _stage_dir(ctx: Ctx, stage: str) -> Path:
-    (folder,) = [p for p in (ctx.cache / "stages" / stage).iterdir() if not p.name.startswith(".")]
+    (folder,) = [p for p in (ctx.cache / "stages" / stage).iterdir() if not p.name.startswith((".", "_"))]
     return folder
 
 
@@ -520,8 +520,11 @@ CACHE = [
     Case("ranker artifact flipped", ("train_xrlinear=false",), code=0, early=False,
          setup=damaged("ranker", "flip", "train_xrlinear=false"), message=rebuilt("ranker"), check=same_as_first),
     Case("matcher outputs flipped", ("train_xrlinear=false",), code=0, early=False,
-         setup=damaged("matcher", "flip", "train_xrlinear=false", pattern="*.np[yz]"),
-         message=r"WARNING\].*matcher outputs .*corrupt", check=same_as_first),
+         setup=damaged("matcher_outputs", "flip", "train_xrlinear=false", pattern="*.np[yz]"),
+         message=r"WARNING\].*stage matcher_outputs: .*corrupt", check=same_as_first),
+    Case("matcher weights flipped", ("train_xrlinear=false",), code=0, early=False,
+         setup=damaged("matcher", "flip", "train_xrlinear=false", pattern="*.safetensors"),
+         message=r"WARNING\].*stage matcher: .*corrupt", check=same_as_first),
     Case("foreign stage folder under this key", ("method=xrlinear",), code=0, early=False, setup=foreign_folder,
          message=r"WARNING\].*xrlinear.*foreign.*built for key", check=same_as_first),
     Case("cache=false reads and writes nothing", ("method=xrlinear", "cache=false"), code=0, early=False,

@@ -89,7 +89,10 @@ class TrainContext:
 
     cache: StageCache | None = None
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    lightning: dict[str, Any] = field(default_factory=dict)
+    # configs/trainer/cpu.yaml's: no sanity validation, no model summary, a log line every 10 steps
+    lightning: dict[str, Any] = field(default_factory=lambda: {"num_sanity_val_steps": 0,
+                                                               "enable_model_summary": False,
+                                                               "log_every_n_steps": 10})
     loggers: list[Any] = field(default_factory=list)
     callbacks: list[Any] = field(default_factory=list)  # further Lightning callbacks of every fit
 

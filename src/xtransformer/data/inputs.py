@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -30,6 +31,7 @@ class LabeledData:
     label_names: list[str]
     texts: list[str] | None = None
     features: sp.csr_matrix | None = None
+    source: Path | None = None  # where they were read from (named in errors; not part of the key)
 
     def __post_init__(self) -> None:
         n = self.Y.shape[0]
@@ -62,7 +64,7 @@ class LabeledData:
         """One split of an :class:`~xtransformer.data.XMCDataset`."""
         part = ds.splits[split]
         return cls(Y=part.Y, label_ids=list(ds.vocab.ids), label_names=list(ds.label_text), texts=part.texts,
-                   features=part.X)
+                   features=part.X, source=ds.root)
 
     def like(self, inputs: Any, labels: Any) -> "LabeledData":
         """Other documents in this label space (validation or evaluation data)."""
@@ -84,7 +86,7 @@ class LabeledData:
         """The texts, or one line saying that ``why`` needs them."""
         if self.texts is None:
             raise DataError(f"{why} needs the documents' texts, but these data have feature rows only "
-                            "(XC sparse or npz files, no *_texts.txt): use method=xrlinear")
+                            "(XC sparse or npz files, no *_texts.txt): use method=xrlinear", self.source)
         return self.texts
 
     @cached_property

@@ -97,6 +97,9 @@ def label_representation(name: str, Y: sp.spmatrix, sources: LabelSources | None
     ``Y``: training labels ``N x L`` (csr); ``fields``: fields of :class:`LabelSources` or
     :class:`RepresentationOptions` over ``sources`` / ``options``.
     """
+    if not isinstance(sources, (LabelSources, type(None))) or not isinstance(options, (RepresentationOptions, type(None))):
+        raise IndexingError("label_representation(name, Y, sources, options): pass inputs by name (X_tfidf=..., "
+                            "doc_embeddings=...) or as LabelSources / RepresentationOptions")
     src_names = {f.name for f in dataclasses.fields(LabelSources)}
     src = dataclasses.replace(sources or LabelSources(), **{k: v for k, v in fields.items() if k in src_names})
     opt = dataclasses.replace(options or RepresentationOptions(), **{k: v for k, v in fields.items() if k not in src_names})

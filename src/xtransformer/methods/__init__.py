@@ -13,24 +13,25 @@ from pathlib import Path
 
 from xtransformer.model.folder import ModelError
 
-# name (the manifest's components.kind and the config's `method`) -> "module:Class"
+# the methods a run trains: the config's `method` (and the manifest's components.kind) -> "module:Class"
 METHODS: dict[str, str] = {
     "xrlinear": "xtransformer.methods.xrlinear:XRLinear",
     "xtransformer": "xtransformer.methods.xtransformer:XTransformer",
     "xrtransformer": "xtransformer.methods.xrtransformer:XRTransformer",
-    "ensemble": "xtransformer.methods.combination:Combination",
 }
-# what a run can train as its main method (a combination is built from trained members)
-TRAINABLE = ("xtransformer", "xrtransformer", "xrlinear")
+# model folders that are not trained by a run of their own: combinations of trained members
+COMBINATIONS: dict[str, str] = {"ensemble": "xtransformer.methods.combination:Combination"}
 
 
 def method_class(name: str, where: Path | str | None = None) -> type:
     """The class registered as ``name``; an unknown name fails in one line (naming ``where``)."""
-    if name not in METHODS:
+    target = METHODS.get(name) or COMBINATIONS.get(name)
+    if target is None:
         prefix = f"{where}: " if where is not None else ""
-        raise ModelError(f"{prefix}unknown model kind {name!r}; this xtransformer knows {sorted(METHODS)}")
-    module, _, cls = METHODS[name].partition(":")
+        raise ModelError(f"{prefix}unknown model kind {name!r}; this xtransformer knows "
+                         f"{sorted([*METHODS, *COMBINATIONS])}")
+    module, _, cls = target.partition(":")
     return getattr(importlib.import_module(module), cls)
 
 
-__all__ = ["METHODS", "TRAINABLE", "method_class"]
+__all__ = ["COMBINATIONS", "METHODS", "method_class"]

@@ -19,12 +19,11 @@ from omegaconf.errors import OmegaConfBaseException
 from xtransformer.context import TrainerConfig
 from xtransformer.data import DataConfig
 from xtransformer.ensemble import METHODS as ENSEMBLE_METHODS
-from xtransformer.methods import TRAINABLE, method_class
+from xtransformer import methods as registry
+from xtransformer.methods import method_class
 from xtransformer.settings import Settings, SettingsError, run_field
 
 log = logging.getLogger(__name__)
-
-METHODS = TRAINABLE
 
 
 @dataclass
@@ -94,8 +93,8 @@ class _TopLevel(Settings):
         if self.combine_with_baseline != "unset":
             log.warning("`combine_with_baseline` is now `combine_with_xrlinear` (the old name goes in a later release)")
             self.combine_with_xrlinear = self.combine_with_baseline
-        if self.method not in METHODS:
-            raise self.bad("method", f"expected one of {list(METHODS)} (the config group method=...)")
+        if self.method not in registry.METHODS:
+            raise self.bad("method", f"expected one of {list(registry.METHODS)} (the config group method=...)")
         key = "combine_with_baseline" if self.combine_with_baseline != "unset" else "combine_with_xrlinear"
         if self.combine_with_xrlinear not in (None, *ENSEMBLE_METHODS):
             raise self.bad(key, f"expected one of {[*ENSEMBLE_METHODS, None]}")
@@ -108,6 +107,15 @@ class _TopLevel(Settings):
 
 GROUPS = ("data", "tfidf", "indexing", "matcher", "ranker", "xrlinear", "xrtransformer", "trainer", "logger",
           "paths", "hydra")
+
+
+def groups(plain: Mapping[str, Any]) -> set[str]:
+    """The config's groups: the suite's own, and the sections of the main method's settings record
+    (a method added to the registry may bring a group of its own)."""
+    method = plain.get("method")
+    if not (isinstance(method, str) and method in registry.METHODS):
+        return set(GROUPS)  # _TopLevel's check names the bad `method`
+    return set(GROUPS) | {f.name for f in dataclasses.fields(method_class(method).settings_class)}
 
 
 def plain_config(cfg: DictConfig) -> dict[str, Any]:
@@ -136,7 +144,7 @@ def plain_config(cfg: DictConfig) -> dict[str, Any]:
 def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
     """Check the whole config and return the typed records (raises a one-line ``UserError``)."""
     plain = plain_config(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
-    top = _TopLevel.from_mapping({k: v for k, v in plain.items() if k not in GROUPS})
+    top = _TopLevel.from_mapping({k: v for k, v in plain.items() if k not in groups(plain)})
     trainer, lightning = TrainerConfig.from_group(plain.get("trainer") or {})
     names = (["xrlinear"] if top.train_xrlinear and top.method != "xrlinear" else []) + [top.method]
     paths = plain.get("paths") or {}
@@ -149,6 +157,21 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
         methods={name: method_settings(name, plain) for name in names},
         cache_dir=str(paths.get("cache_dir", "")), output_dir=str(paths.get("output_dir", "")),
     )
+
+
+def compose_settings(*overrides: str) -> RunSettings:
+    """The settings ``python train.py OVERRIDES`` would run with, for the Python API::
+
+        s = compose_settings("method=xrtransformer", "data=eurlex57k")
+        XRTransformer.fit(texts, labels, s.main, context=TrainContext(trainer=s.trainer, lightning=s.lightning))
+    """
+    from hydra import compose, initialize_config_dir
+
+    from xtransformer.cli import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["paths.output_dir=.", *overrides])
+    return run_settings(cfg)
 
 
 def method_settings(name: str, plain: Mapping[str, Any]) -> Settings:
