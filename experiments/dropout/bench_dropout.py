@@ -10,20 +10,18 @@ attention weights), with attention dropout off only, and with every dropout off
 ids (the cost does not depend on them). Attention dropout keeps PyTorch's scaled-dot-product
 attention off its fused CPU kernel (the math path materialises every attention matrix) and draws a
 random number per attention weight. Prints the table and writes
-``benchmarks/results/dropout-<tag>.{json,md}``.
+``<results>/dropout-<tag>.{json,md}`` (default ``benchmarks/results/``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies import each other across their folders
-sys.path[:0] = [str(EXPERIMENTS / "matcher_weight")]
-from bench_matcher_weight import RESULTS  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
+from common import results_option, save_table  # noqa: E402
 
 SHAPES = ((8, 128), (32, 64))
 # (row, hidden-state rate, attention rate); MiniLM's own rates are 0.1 / 0.1
@@ -39,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tag", default="cpu")
     ap.add_argument("--steps", type=int, default=12, help="timed steps per cell (the median is reported)")
+    results_option(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(2)
     torch.manual_seed(0)
@@ -80,19 +79,16 @@ def main(argv: list[str] | None = None) -> None:
         print(row, flush=True)
     base = rows[0]
     cpu_name = torch.cpu.get_capabilities().get("cpu_name")
-    lines = [f"`python experiments/dropout/bench_dropout.py --tag {args.tag} --steps {args.steps}` (2 threads; {cpu_name}; "
+    lines = [f"`python experiments/dropout/bench_dropout.py --tag {args.tag} --steps {args.steps}` "
+             f"(2 threads; {cpu_name}; "
              f"precision {precision}; median of {args.steps} steps)", "",
              "| MiniLM dropout while fine-tuning | step, 8 x 128 tokens s | x | step, 32 x 64 tokens s | x |",
              "|---|---|---|---|---|"]
     for r in rows:
         cells = [f"{r[f'{n}x{m}']} | {base[f'{n}x{m}'] / r[f'{n}x{m}']:.2f}" for n, m in SHAPES]
         lines.append(f"| {r['dropout']} | " + " | ".join(cells) + " |")
-    table = "\n".join(lines)
-    print(table)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"dropout-{args.tag}.json").write_text(json.dumps({"precision": precision, "cpu": cpu_name,
-                                                                  "rows": rows}, indent=1))
-    (RESULTS / f"dropout-{args.tag}.md").write_text(table + "\n")
+    save_table(args.results, f"dropout-{args.tag}", {"precision": precision, "cpu": cpu_name, "rows": rows},
+               "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -4,10 +4,12 @@ Usage (from the repository root)::
 
     python experiments/label_disentanglement/bench_disentangle.py --dataset reuters21578 --copies 1,2,3,4,6
     python experiments/label_disentanglement/bench_disentangle.py --dataset bibtex --n-clusters 16
-    python experiments/label_disentanglement/bench_disentangle.py --dataset eurlex57k --n-clusters 0   # max_leaf_size 100: K = 64
-    # XR-Transformer's final model: TF-IDF ⊕ a fine-tuned encoder's embeddings of every split
-    # (<dir>/train.npy, <dir>/dev.npy, as the run's xrembed stage writes them), pruned at 0.01
-    python experiments/label_disentanglement/bench_disentangle.py --dataset eurlex57k --n-clusters 0 --embeddings <dir> --threshold 0.01
+    # max_leaf_size 100: K = 64
+    python experiments/label_disentanglement/bench_disentangle.py --dataset eurlex57k --n-clusters 0
+    # XR-Transformer's final model: TF-IDF ⊕ the embeddings of every split by the fine-tuned encoder
+    # of a finished run (RUN: its output folder; RUN/model/xrtransformer is loaded), pruned at 0.01
+    python experiments/label_disentanglement/bench_disentangle.py --dataset eurlex57k --n-clusters 0 --run RUN \
+        --threshold 0.01
 
 One TF-IDF build per dataset (``benchmarks/workdata.py``), evaluated on the dev split (carved from
 train where the dataset has none). The partition model (λ = 1) is trained once; its beam search
@@ -34,15 +36,14 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]  # benchmarks.workdata; the studies' shared helpers
 
 from benchmarks.workdata import prepare_dataset  # noqa: E402
+from common import RunFolder, embeddings, final_rows  # noqa: E402
 from xtransformer.indexing import IndexingConfig, build_index, cluster_counts, overlap_summary, reassign  # noqa: E402
 from xtransformer.metrics import evaluate, propensity  # noqa: E402
 from xtransformer.utils.io import save_csr  # noqa: E402
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig  # noqa: E402
-from xtransformer.xrtransformer.model import final_features  # noqa: E402
 
 KEYS = ("P@1", "P@3", "P@5", "R@5", "PSP@5")
 NR_SPLITS, MAX_LEAF_SIZE = 16, 100  # configs/xrlinear/default.yaml
@@ -91,13 +92,15 @@ def render(rows: list[dict], meta: dict) -> str:
             "| model MB | labels in >1 cluster | clusters/label | largest cluster |")
     lines = [f"Dataset {meta['dataset']} ({meta['eval_split']} split, {meta['n_eval']} docs; "
              f"{meta['n_labels']} labels, K = {meta['n_clusters']} leaf clusters, tree {meta['level_sizes']}), "
-             + (f"XR-Linear (`HierarchicalLinearConfig` defaults: tfn, beam {meta['beam']}, {meta['threads']} threads), "
-                if not meta.get("embeddings") else
-                f"XR-Transformer's final model (XR-Linear on TF-IDF ⊕ the fine-tuned encoder's embeddings `{meta['embeddings']}`, "
-                f"tree re-clustered on PIFA of those features; {meta.get('negatives', 'tfn')}, pruned at {meta['threshold']}, beam {meta['beam']}, "
+             + (f"XR-Linear (`HierarchicalLinearConfig` defaults: tfn, beam {meta['beam']}, "
+                f"{meta['threads']} threads), "
+                if not meta.get("run") else
+                f"XR-Transformer's final model (XR-Linear on TF-IDF ⊕ the embeddings of run `{meta['run']}`'s "
+                "fine-tuned encoder, "
+                f"tree re-clustered on PIFA of those features; {meta.get('negatives', 'tfn')}, pruned at "
+                f"{meta['threshold']}, beam {meta['beam']}, "
                 f"{meta['threads']} threads), ")
-             + 
-             f"counts from the λ = 1 model's beam search (width {meta['beam']}) over {meta['n_train']} training docs "
+             + f"counts from the λ = 1 model's beam search (width {meta['beam']}) over {meta['n_train']} training docs "
              f"({meta['search_s']} s); cap = `max_cluster_growth` (none: the paper's/PECOS's uncapped walk). "
              "Run on a shared 2-core machine beside other jobs: wall "
              "seconds and docs/s swing with the load; CPU seconds (`time.process_time`, all threads) are the "
@@ -107,27 +110,37 @@ def render(rows: list[dict], meta: dict) -> str:
     for r in rows:
         for merge, s in r["scores"].items():
             first = merge == "max"
-            train = (f"{r['train_total_s']:.1f} ({r['train_s']:.1f})" if r["n_copies"] > 1 else f"{r['train_s']:.1f}") if first else ""
+            train = ((f"{r['train_total_s']:.1f} ({r['train_s']:.1f})" if r["n_copies"] > 1 else f"{r['train_s']:.1f}")
+                     if first else "")
             ratio = r["predict_cpu_ms_per_doc"] / base["predict_cpu_ms_per_doc"]
             lines.append(
                 f"| {r['n_copies']} | {r['cap'] or 'none'} | {merge} | " + " | ".join(f"{s[k]:.2f}" for k in KEYS)
                 + f" | {train} | {r['train_cpu_s']:.1f} | {r['docs_per_s']:.0f} | {r['predict_cpu_ms_per_doc']:.3f}"
                 + f" | {ratio:.2f} | {r['model_bytes'] / 2**20:.1f}"
-                + f" | {r['labels_in_multiple_clusters']} | {r['mean_clusters_per_label']:.2f} | {r['largest_cluster']} |"
+                + f" | {r['labels_in_multiple_clusters']} | {r['mean_clusters_per_label']:.2f} | "
+                + f"{r['largest_cluster']} |"
                 if first else
-                f"| {r['n_copies']} | {r['cap'] or 'none'} | {merge} | " + " | ".join(f"{s[k]:.2f}" for k in KEYS) + " | | | | | | | | | |"
+                f"| {r['n_copies']} | {r['cap'] or 'none'} | {merge} | " + " | ".join(f"{s[k]:.2f}" for k in KEYS)
+                + " | | | | | | | | | |"
             )
     return "\n".join(lines) + "\n"
 
 
-def _embeddings(folder: Path, split: str, n: int) -> np.ndarray:
-    path = folder / f"{split}.npy"
-    if not path.is_file():
-        raise SystemExit(f"bench_disentangle: --embeddings {folder}: no {split}.npy")
-    emb = np.load(path)
-    if emb.ndim != 2 or emb.shape[0] != n:
-        raise SystemExit(f"bench_disentangle: {path}: shape {emb.shape}, expected {n} rows (one per {split} document)")
-    return emb
+def run_final_rows(run: Path, dataset: str, X: dict, work: Path) -> dict:
+    """XR-Transformer's final-model rows of each split in ``X`` (TF-IDF rows): TF-IDF ⊕ the run's
+    fine-tuned encoder's embeddings of the split's texts (``model.embed``, kept in ``work``)."""
+    from xtransformer import load_dataset
+
+    model = RunFolder(run).model("xrtransformer")
+    ds = load_dataset(dataset, eval_split="dev")  # as prepare_dataset loaded it: the same rows, with their texts
+    out = {}
+    for split, rows in X.items():
+        texts = ds.splits[split].texts
+        if texts is None or len(texts) != rows.shape[0]:
+            raise SystemExit(f"bench_disentangle: --run {run}: the {split} split has no texts or not "
+                             f"{rows.shape[0]} of them")
+        out[split] = final_rows(model, rows, embeddings(model, texts, work))
+    return out
 
 
 def main() -> None:
@@ -142,17 +155,21 @@ def main() -> None:
     ap.add_argument("--max-cluster-growth", type=float, default=1.2, help="cap (configs/indexing default); 0: none")
     ap.add_argument("--uncapped", default="", help="comma list of λ to run again without the cap (after the sweep)")
     ap.add_argument("--min-count", type=int, default=1)
-    ap.add_argument("--embeddings", type=Path, default=None,
-                    help="folder of <split>.npy embeddings: the features become TF-IDF ⊕ embeddings (XR-Transformer's final model)")
+    ap.add_argument("--run", type=Path, default=None,
+                    help="output folder of a finished XR-Transformer train.py run: the features become TF-IDF ⊕ "
+                         "its encoder's embeddings (XR-Transformer's final model)")
     ap.add_argument("--orphan-fallback", default="auto",
                     help="labels without positives: auto | random_label | none (IndexingConfig.orphan_fallback)")
     ap.add_argument("--negatives", default="tfn", help="tfn | man | tfn+man (XR-Transformer's final model: tfn+man)")
     ap.add_argument("--save-predictions", type=Path, default=None,
-                    help="folder for each row's eval-split predictions (lambda<k>-<cap>-<merge>.npz), e.g. to combine with another model")
-    ap.add_argument("--threshold", type=float, default=0.1, help="weight pruning (XR-Linear 0.1; XR-Transformer's final model 0.01)")
+                    help="folder for each row's eval-split predictions (lambda<k>-<cap>-<merge>.npz), e.g. to "
+                         "combine with another model")
+    ap.add_argument("--threshold", type=float, default=0.1,
+                    help="weight pruning (XR-Linear 0.1; XR-Transformer's final model 0.01)")
     ap.add_argument("--predict-repeats", type=int, default=3)
     ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work" / "disentangle")
-    ap.add_argument("--out", type=Path, default=None, help="result file stem (default benchmarks/results/disentangle-<dataset>)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="result file stem (default benchmarks/results/disentangle-<dataset>)")
     args = ap.parse_args()
     cap = args.max_cluster_growth or None
     runs = [(int(c), cap) for c in args.copies.split(",")]
@@ -164,14 +181,14 @@ def main() -> None:
     problem = prepare_dataset(args.dataset, args.work, eval_split="dev")
     Xtr, Ytr = problem.X(problem.train_split), problem.Y(problem.train_split)
     Xev, Yev = problem.X(problem.eval_split), problem.Y(problem.eval_split)
-    if args.embeddings is not None:  # the final features of XR-Transformer (xrtransformer/model.py)
-        Xtr, Xev = (final_features("tfidf+neural", X, _embeddings(args.embeddings, split, X.shape[0]))
-                    for X, split in ((Xtr, problem.train_split), (Xev, problem.eval_split)))
+    if args.run is not None:  # the final features of XR-Transformer (methods/xrtransformer/features.py)
+        F = run_final_rows(args.run, args.dataset, {problem.train_split: Xtr, problem.eval_split: Xev}, args.work)
+        Xtr, Xev = F[problem.train_split], F[problem.eval_split]
     inv_prop = propensity(Ytr)
     icfg = IndexingConfig(n_clusters=args.n_clusters or None, max_leaf_size=None if args.n_clusters else MAX_LEAF_SIZE,
                           threads=args.threads, orphan_fallback=args.orphan_fallback)
     xcfg = HierarchicalLinearConfig(threads=args.threads, beam_size=args.beam, topk=args.topk, threshold=args.threshold,
-                                    negatives=args.negatives, features="tfidf" if args.embeddings is None else "tfidf+neural")
+                                    negatives=args.negatives, features="tfidf" if args.run is None else "tfidf+neural")
     chain, _ = build_index(icfg, Ytr, X_train_tfidf=Xtr)
     chain = list(chain.subsample(NR_SPLITS))
     out = args.out or ROOT / "benchmarks" / "results" / f"disentangle-{Path(args.dataset).name}"
@@ -180,7 +197,7 @@ def main() -> None:
             "n_train": int(Xtr.shape[0]), "n_labels": int(Ytr.shape[1]), "n_clusters": int(chain[-1].shape[1]),
             "level_sizes": [int(c.shape[0]) for c in chain], "beam": args.beam, "threads": args.threads,
             "max_cluster_growth": cap, "min_count": args.min_count,
-            "features": xcfg.features, "embeddings": str(args.embeddings) if args.embeddings else None,
+            "features": xcfg.features, "run": str(args.run) if args.run else None,
             "threshold": args.threshold, "negatives": args.negatives, "orphan_fallback": args.orphan_fallback}
     M = counts = None
     t_base = 0.0
@@ -202,8 +219,9 @@ def main() -> None:
             meta["search_s"] = round(time.perf_counter() - t0, 1)
         save = args.save_predictions / f"lambda{lam}-{growth or 'uncapped'}" if args.save_predictions else None
         scores, speed = measure(model, Xev, Yev, inv_prop, args.predict_repeats, save)
-        row = {"n_copies": lam, "cap": growth if lam > 1 else None, "scores": scores, **speed, "train_s": round(t_train, 1), "train_cpu_s": round(c_train, 1),
-               "train_total_s": round(t_base + meta["search_s"] + t_reassign + t_train, 1) if lam > 1 else round(t_train, 1),
+        total = t_base + meta["search_s"] + t_reassign + t_train if lam > 1 else t_train
+        row = {"n_copies": lam, "cap": growth if lam > 1 else None, "scores": scores, **speed,
+               "train_s": round(t_train, 1), "train_cpu_s": round(c_train, 1), "train_total_s": round(total, 1),
                "model_bytes": model_bytes(model), **overlap_summary(C),
                "largest_cluster": int(np.bincount(C.indices, minlength=C.shape[1]).max())}
         rows.append(row)
@@ -211,7 +229,8 @@ def main() -> None:
         print(f"== λ = {lam}\n{table}", flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".md").write_text(f"# Label disentanglement sweep: {problem.name}\n\n"
-                                          f"`python experiments/label_disentanglement/bench_disentangle.py {' '.join(sys.argv[1:])}`\n\n{table}")
+                                          "`python experiments/label_disentanglement/bench_disentangle.py "
+                                          f"{' '.join(sys.argv[1:])}`\n\n{table}")
         out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
 
 

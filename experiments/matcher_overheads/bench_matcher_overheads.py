@@ -5,22 +5,19 @@
 Tokenisation of EURLEX57K training acts with MiniLM's tokenizer at 128 and 256 tokens: the whole
 text, a cut at 16 characters a token (the rule before ``encoders/tokens.py``), and
 ``tokenize_texts`` (a cut at 8 checked by offsets, whole where needed), with a check that the ids
-equal whole-text tokenisation (each the best of 3, after a warm-up call). Then one AdamW step over MiniLM's parameters: per-tensor loop,
-foreach, fused (mean of 10 steps after one warm-up). Prints the table and writes
-``benchmarks/results/matcher-overheads-<tag>.{json,md}``.
+equal whole-text tokenisation (each the best of 3, after a warm-up call). Then one AdamW step over
+MiniLM's parameters: per-tensor loop, foreach, fused (mean of 10 steps after one warm-up). Prints the table and writes
+``<results>/matcher-overheads-<tag>.{json,md}`` (default ``benchmarks/results/``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
-EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies import each other across their folders
-sys.path[:0] = [str(EXPERIMENTS / "matcher_weight")]
-from bench_matcher_weight import RESULTS  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
+from common import results_option, save_table, timed  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,6 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=20000, help="training acts tokenised")
     ap.add_argument("--tag", default="eurlex57k")
+    results_option(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(2)
     path = resolve_model("minilm")
@@ -61,34 +59,22 @@ def main(argv: list[str] | None = None) -> None:
         _, dt = timed(lambda: [opt.step() for _ in range(10)], repeats=1)
         steps[name] = round(dt / 10 * 1000, 1)
     print({"AdamW step ms": steps}, flush=True)
-    lines = [f"`python experiments/matcher_overheads/bench_matcher_overheads.py --docs {args.docs} --tag {args.tag}` (2 threads)", "",
+    lines = [f"`python experiments/matcher_overheads/bench_matcher_overheads.py --docs {args.docs} --tag {args.tag}` "
+             "(2 threads)", "",
              "| tokenisation | whole text s | 16 chars a token s | tokenize_texts s | ids equal whole text |",
              "|---|---|---|---|---|"]
     lines += [f"| {r['what']} | {r['whole text s']} | {r['16 chars a token s']} | {r['tokenize_texts s']} | "
               f"16-char cut: {r['16-char cut = whole']}; tokenize_texts: {r['tokenize_texts = whole']} |" for r in rows]
-    lines += ["", f"| AdamW step over MiniLM ({sum(p.numel() for p in params) / 1e6:.1f}M parameters) | loop | foreach | fused |",
+    lines += ["", f"| AdamW step over MiniLM ({sum(p.numel() for p in params) / 1e6:.1f}M parameters) "
+              "| loop | foreach | fused |",
               "|---|---|---|---|", f"| ms | {steps['loop']} | {steps['foreach']} | {steps['fused']} |"]
-    table = "\n".join(lines)
-    print(table)
-    RESULTS.mkdir(exist_ok=True)
-    stem = f"matcher-overheads-{args.tag}"
-    (RESULTS / f"{stem}.json").write_text(json.dumps({"tokenise": rows, "adamw_step_ms": steps}, indent=1))
-    (RESULTS / f"{stem}.md").write_text(table + "\n")
+    save_table(args.results, f"matcher-overheads-{args.tag}", {"tokenise": rows, "adamw_step_ms": steps},
+               "\n".join(lines))
 
 
 def same_ids(tokens, ids: list[list[int]]) -> bool:
     """Whether ragged ``tokens`` hold exactly the rows ``ids``."""
     return all(tokens.ids[tokens.offsets[i]:tokens.offsets[i + 1]].tolist() == row for i, row in enumerate(ids))
-
-
-def timed(fn, repeats: int = 3):
-    """``fn()``'s result and its best wall time of ``repeats`` calls."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return out, best
 
 
 if __name__ == "__main__":

@@ -6,20 +6,17 @@ A training step (forward, backward, fused AdamW) on 8 and on 32 documents of 128
 encoding (inference) of 64 documents of 256 tokens in batches of 8, each at fp32 and under bf16
 autocast: the best of 3 after a warm-up, on 2 threads, random token ids (the cost does not depend on
 them). Prints the table with the processor's bf16 capabilities and the precision ``auto`` resolves
-to, and writes ``benchmarks/results/precision-<tag>.{json,md}``.
+to, and writes ``<results>/precision-<tag>.{json,md}`` (default ``benchmarks/results/``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-EXPERIMENTS = Path(__file__).resolve().parents[1]  # the studies import each other across their folders
-sys.path[:0] = [str(EXPERIMENTS / "matcher_overheads"), str(EXPERIMENTS / "matcher_weight")]
-from bench_matcher_overheads import timed  # noqa: E402
-from bench_matcher_weight import RESULTS  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
+from common import results_option, save_table, timed  # noqa: E402
 
 PRECISIONS = ("32-true", "bf16-mixed")
 
@@ -33,6 +30,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tag", default="cpu")
+    results_option(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(2)
     torch.manual_seed(0)
@@ -76,12 +74,10 @@ def main(argv: list[str] | None = None) -> None:
              + f"; native bf16: {'yes' if native_bf16('cpu') else 'no'}, so `trainer.precision=auto` is {auto})", "",
              "| precision | train step, 8 x 128 tokens s | train step, 32 x 128 s | encode, 256 tokens docs/s |",
              "|---|---|---|---|"]
-    lines += [f"| {r['precision']} | {r['step 8x128 s']} | {r['step 32x128 s']} | {r['encode 256 tokens docs/s']} |" for r in rows]
-    table = "\n".join(lines)
-    print(table)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"precision-{args.tag}.json").write_text(json.dumps({"capabilities": caps, "auto": auto, "rows": rows}, indent=1))
-    (RESULTS / f"precision-{args.tag}.md").write_text(table + "\n")
+    lines += [f"| {r['precision']} | {r['step 8x128 s']} | {r['step 32x128 s']} | {r['encode 256 tokens docs/s']} |"
+              for r in rows]
+    save_table(args.results, f"precision-{args.tag}", {"capabilities": caps, "auto": auto, "rows": rows},
+               "\n".join(lines))
 
 
 if __name__ == "__main__":

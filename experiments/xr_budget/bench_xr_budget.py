@@ -5,30 +5,35 @@ On a GPU machine that holds the data, the plain run is the whole experiment:
     python train.py experiment=eurlex57k_xr trainer=gpu 'matcher.level_steps=[400,800,1600]' matcher.max_length=512
 
 The GPU machine they ran on took at most 64 MiB of files, so the tables in
-experiments/xr_budget/README.md were measured in three steps: a payload of what fine-tuning needs (EURLEX57K
-texts cut to their first 400 words, which covers 512 tokens; MiniLM stored in fp16 with the rows of
-tokens EURLEX never uses zeroed; the labels; the fine-tuning tree of a CPU run's stage cache),
-fine-tuning and embedding on the GPU (embeddings sent back as int8, row-scaled), and the final
-linear model here on the CPU run's cached TF-IDF:
+experiments/xr_budget/README.md were measured in three steps: a payload of what fine-tuning needs
+(EURLEX57K texts cut to their first 400 words, which covers 512 tokens; MiniLM stored in fp16 with
+the rows of tokens EURLEX never uses zeroed; the labels), fine-tuning and embedding on the GPU
+(``XRTransformer.fit`` on the payload, then ``model.embed`` of both splits; embeddings sent back as
+int8, row-scaled), and the final linear model here on the TF-IDF of a CPU run's model folder:
 
-    python experiments/xr_budget/bench_xr_budget.py payload --cache-dir CACHE --out .dev      # here
-    python experiments/xr_budget/bench_xr_budget.py finetune --payload .dev --out $OUT x4 trainer=gpu 'matcher.level_steps=[400,800,1600]'
-    python experiments/xr_budget/bench_xr_budget.py final --cache-dir CACHE --emb DIR/x4 --xrlinear PRED.npz x4
+    python experiments/xr_budget/bench_xr_budget.py payload --out .dev      # here
+    python experiments/xr_budget/bench_xr_budget.py finetune --payload .dev --out $OUT x4 trainer=gpu \
+        'matcher.level_steps=[400,800,1600]'                                  # on the GPU machine
+    python experiments/xr_budget/bench_xr_budget.py final --run RUN --emb DIR/x4 \
+        --xrlinear RUN/predictions/xrlinear/dev.npz x4                        # here
 
 With ``--holdout N`` (payload and final alike) the payload's "train" / "dev" are the training
-documents fitted on and N random ones held out (``holdout_rows``, as bench_matcher_weight.py): a
-fine-tuning choice then scored without the dev split (the tree is still the run's, built on all
-training documents). ``final --holdout N`` on embeddings of a payload without it (an encoder fine-tuned
-on every training document) fits and scores the final model on the same disjoint rows, sliced from
-them, for final-model choices (the row records ``encoder_saw_holdout``).
+documents fitted on and N random ones held out (``holdout_rows``, as the held-out selections): a
+fine-tuning choice then scored without the dev split. ``final --holdout N`` on embeddings of a
+payload without it (an encoder fine-tuned on every training document) fits and scores the final
+model on the same disjoint rows, sliced from them, for final-model choices (the row records
+``encoder_saw_holdout``).
 
 ``--experiment`` (every subcommand; default eurlex57k_xr) names the experiment whose settings the
 overrides amend, e.g. ``--experiment eurlex57k_xr_ensemble trainer=gpu seed=3`` fine-tunes on that
 experiment's own schedule and ``final`` then uses its final model and combination share.
 
-``final`` is the pipeline's final stage (``stages.train_final`` with the settings of
-configs/xrtransformer/default.yaml); on the CPU run's own embeddings, sent
-through int8, it gives 93.48 P@1 against the run's 93.50.
+``finetune`` is ``XRTransformer.fit``: it builds the label tree itself, from the payload's texts
+(cut to 400 words) and labels with the experiment's indexing settings (no run's tree: a model
+folder keeps none, and ``fit`` takes none), and trains a final model of its own that this step
+does not use. ``final`` is XR-Transformer's final model (``xrtransformer.final``, ``tree:
+recluster``) as ``XRLinear.fit`` on TF-IDF ⊕ the returned embeddings, the TF-IDF from ``RUN``'s
+``model/xrtransformer`` vectoriser.
 """
 
 from __future__ import annotations
@@ -45,59 +50,37 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-ROOT = Path(__file__).resolve().parents[2]
-EXPERIMENT = ["logger=none", "paths.output_dir=/tmp/xr-budget"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
+from common import (  # noqa: E402
+    ROOT, RunFolder, compose_settings, experiment_options, final_model_settings, fit_rows, holdout_rows,
+)
+
 SPLITS = ("train", "dev")
-EXPERIMENT_NAME = "eurlex57k_xr"  # the experiment whose settings overrides amend, unless --experiment
 WORDS = 400  # texts cut to their first 400 words: at least 512 MiniLM tokens for all but short texts
 
 
-def settings(overrides: list[str], experiment: str = EXPERIMENT_NAME):
-    """The run settings of ``experiment`` plus ``overrides``, as train.py builds them."""
-    from hydra import compose, initialize_config_dir
-
-    from xtransformer.pipeline.settings import run_settings
-
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[f"experiment={experiment}", *EXPERIMENT, *overrides])
-    return run_settings(cfg)
-
-
-def holdout_rows(n: int, holdout: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Rows fitted on and the ``holdout`` random rows held out, each sorted: the selections' split."""
-    perm = np.random.default_rng(seed).permutation(n)
-    return np.sort(perm[holdout:]), np.sort(perm[:holdout])
-
-
-def stage_folder(cache_dir: Path, stage: str) -> Path:
-    found = sorted((cache_dir / "stages" / stage).glob("[0-9a-f]*"))
-    if len(found) != 1:
-        sys.exit(f"error: --cache-dir {cache_dir}: expected one finished {stage} stage, found {len(found)}")
-    return found[0]
-
-
 def payload(args: argparse.Namespace) -> None:
-    """Everything fine-tuning needs, in few MiB: texts, labels, the tree, MiniLM in fp16."""
+    """Everything fine-tuning needs, in few MiB: texts, labels, MiniLM in fp16."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer
 
-    from xtransformer.data import load_dataset
+    from xtransformer import load_dataset
     from xtransformer.encoders import resolve_model
-    from xtransformer.indexing.chain import ClusterChain
 
-    s = settings([], args.experiment)
+    s = compose_settings(args.overrides, args.experiment)
     out = args.out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    ds = load_dataset("eurlex57k")
+    ds = load_dataset(s.data)
     texts = {n: [" ".join(t.split()[:WORDS]) for t in ds.splits[n].texts] for n in SPLITS}
     Y = {n: ds.splits[n].Y.tocsr() for n in SPLITS}
     if args.holdout:  # train / dev := the training documents fitted on / held out
         rows = dict(zip(SPLITS, holdout_rows(len(texts["train"]), args.holdout, args.seed)))
         texts = {n: [texts["train"][i] for i in rows[n]] for n in SPLITS}
         Y = {n: Y["train"][rows[n]] for n in SPLITS}
-    src = Path(resolve_model(s.matcher.model_name_or_path, s.matcher.cache_dir))
+    matcher = s.main.matcher
+    src = Path(resolve_model(matcher.model_name_or_path, matcher.cache_dir))
     tok = AutoTokenizer.from_pretrained(src)
     used = np.zeros(len(tok), bool)
     for n in SPLITS:
@@ -120,61 +103,69 @@ def payload(args: argparse.Namespace) -> None:
         json.dump(texts, f)
     for n in SPLITS:
         sp.save_npz(out / f"Y_{n}.npz", Y[n])
-    chain = ClusterChain.load(stage_folder(args.cache_dir, "indexing") / "chain", ds.vocab.ids)
-    for i, C in enumerate(chain.subsample(s.xrtransformer.nr_splits)):
-        sp.save_npz(out / f"tree{i}.npz", sp.csr_matrix(C))
+    (out / "labels.json").write_text(json.dumps(list(ds.vocab.ids)))
     print(f"payload in {out}: {sum(p.stat().st_size for p in out.rglob('*') if p.is_file()) / 2**20:.1f} MiB, "
           f"{int(used.sum())} of {len(used)} tokens used")
 
 
 def finetune(args: argparse.Namespace) -> None:
-    """XR-Transformer's fine-tuning and embedding pass on the payload; int8 embeddings to --out."""
-    from xtransformer.cache import StageCache
-    from xtransformer.xrtransformer.train import fine_tune
+    """XR-Transformer's fine-tuning (``XRTransformer.fit``) and embedding pass on the payload; int8
+    embeddings to --out."""
+    from xtransformer import StageCache, TrainContext, XRTransformer
 
     p = args.payload.resolve()
-    s = settings([*args.overrides, f"matcher.model_name_or_path={p / 'encoder'}"], args.experiment)
+    s = compose_settings([*args.overrides, f"matcher.model_name_or_path={p / 'encoder'}"], args.experiment)
     texts = json.load(lzma.open(p / "texts.json.xz", "rt"))
     Y = {n: sp.load_npz(p / f"Y_{n}.npz").tocsr() for n in SPLITS}
     if args.max_docs:  # a smoke test of the script
         texts, Y = {n: t[: args.max_docs] for n, t in texts.items()}, {n: y[: args.max_docs] for n, y in Y.items()}
-    tree = [sp.load_npz(f).tocsr() for f in sorted(p.glob("tree*.npz"))]
-    n_levels = 1 if s.xrtransformer.levels == "last" else len(s.matcher.level_schedule(len(tree)))
+    label_ids = json.loads((p / "labels.json").read_text())
+    cache = StageCache(args.work)  # a rerun of the same settings goes on from the levels it finished
+    ctx = TrainContext(cache=cache, trainer=s.trainer, lightning=s.lightning)
     t0 = time.perf_counter()
-    tuned = fine_tune(s.matcher, s.xrtransformer, s.trainer_kwargs, texts, Y, tree, StageCache(args.work),
-                      [f"{args.name}-level{i}" for i in range(n_levels)], f"{args.name}-embed", eval_split="dev")
-    seconds = time.perf_counter() - t0
+    try:
+        model = XRTransformer.fit(texts["train"], Y["train"], s.methods["xrtransformer"], label_ids=label_ids,
+                                  validation=(texts["dev"], Y["dev"]), context=ctx)
+    finally:
+        cache.close()
+    if model is None:
+        return  # a helper process of a DDP run: rank 0 embeds and writes
+    fit_seconds = time.perf_counter() - t0
     args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
     for n in SPLITS:
-        e = np.asarray(tuned.outputs.embeddings(n), np.float32)
+        e, topb = model.embed(texts[n], model.predict_settings)
+        e = np.asarray(e, np.float32)
         q = np.round(127 * e / np.maximum(np.abs(e).max(1, keepdims=True), 1e-12)).astype(np.int8)
         for i, part in enumerate(np.array_split(q, 2) if n == "train" else [q]):  # files of at most 16 MiB
             np.save(args.out / f"{args.name}.{n}{i}.npy", part)
-    sp.save_npz(args.out / f"{args.name}.topb.npz", tuned.outputs.topb("dev"))  # the label-level head on dev
+        if n == "dev":
+            sp.save_npz(args.out / f"{args.name}.topb.npz", topb)  # the label-level head on dev
+    embed_seconds = time.perf_counter() - t0
+    levels = model.report["levels"]
     facts = {"name": args.name, "experiment": args.experiment, "overrides": args.overrides,
-             "seconds": round(seconds, 1), "levels": tuned.levels}
+             # as before: fine-tuning every level and embedding both splits (fit's TF-IDF, tree and final model aside)
+             "seconds": round(sum(lv["seconds"] for lv in levels) + embed_seconds, 1),
+             "fit_seconds": round(fit_seconds, 1), "embed_seconds": round(embed_seconds, 1), "levels": levels}
     print("\n" + json.dumps(facts), flush=True)
     (args.out / f"{args.name}.facts.json").write_text(json.dumps(facts, indent=1))
 
 
 def final(args: argparse.Namespace) -> None:
-    """The final model on the CPU run's TF-IDF and the returned embeddings; P@k alone and with XR-Linear."""
-    from xtransformer.data import load_dataset
+    """The final model on the run's TF-IDF and the returned embeddings; P@k alone and with XR-Linear."""
     from xtransformer.ensemble import ensemble_predictions
-    from xtransformer.indexing.chain import ClusterChain
+    from xtransformer.methods.xrtransformer.features import final_features
     from xtransformer.metrics import evaluate
-    from xtransformer.pipeline.run import combine_weights
-    from xtransformer.pipeline.stages import train_final
-    from xtransformer.xrtransformer.model import final_features
 
-    s = settings(args.overrides, args.experiment)
-    fcfg = s.xrtransformer.final
-    ds = load_dataset("eurlex57k")
-    tfidf = stage_folder(args.cache_dir, "tfidf")
-    X = {n: sp.load_npz(tfidf / f"X.{n}.npz").tocsr() for n in SPLITS}
+    s = compose_settings(args.overrides, args.experiment)
+    fcfg = s.methods["xrtransformer"].xrtransformer.final
+    run = RunFolder(args.run)
+    ds = run.dataset
+    tfidf = run.model("xrtransformer").tfidf
+    X = {n: tfidf.from_texts(ds.splits[n].texts) for n in SPLITS}
     Y = {n: ds.splits[n].Y.tocsr() for n in SPLITS}
-    emb = {n: np.vstack([np.load(f).astype(np.float32) for f in sorted(args.emb.parent.glob(f"{args.emb.name}.{n}[0-9].npy"))])
-           for n in SPLITS}
+    emb = {n: np.vstack([np.load(f).astype(np.float32)
+                         for f in sorted(args.emb.parent.glob(f"{args.emb.name}.{n}[0-9].npy"))]) for n in SPLITS}
     # embeddings of an encoder fine-tuned on every training document (a payload without --holdout):
     # the linear model is still fitted and scored on disjoint rows, but the encoder saw the held-out ones
     encoder_saw_holdout = bool(args.holdout) and emb["train"].shape[0] == Y["train"].shape[0]
@@ -185,10 +176,8 @@ def final(args: argparse.Namespace) -> None:
             emb = {n: emb["train"][rows[n]] for n in SPLITS}
     t0 = time.perf_counter()
     F = {n: final_features(fcfg.features, X[n], emb[n], fcfg.model.neural_weight) for n in SPLITS}
-    chain = ClusterChain.load(stage_folder(args.cache_dir, "indexing") / "chain", ds.vocab.ids)
-    model, _ = train_final(fcfg, F["train"], Y["train"], ds.vocab.ids,
-                           chain.subsample(s.xrtransformer.nr_splits), s.indexing.merge)
-    P = model.predict(F["dev"]).tocsr()
+    model = fit_rows(F["train"], Y["train"], ds.vocab.ids, final_model_settings(fcfg))
+    P = model.predict_features_csr(F["dev"])
     seconds = time.perf_counter() - t0
     if args.predictions:
         from xtransformer.utils.io import save_csr
@@ -197,12 +186,15 @@ def final(args: argparse.Namespace) -> None:
     row = {"name": args.name, "experiment": args.experiment, "overrides": args.overrides, "holdout": args.holdout,
            "encoder_saw_holdout": encoder_saw_holdout, "final_seconds": round(seconds, 1),
            "xrtransformer": evaluate(Y["dev"], P)}
-    fmt = lambda m: " / ".join(f"{m[k]:.2f}" for k in ("P@1", "P@3", "P@5"))
+
+    def fmt(m: dict) -> str:
+        return " / ".join(f"{m[k]:.2f}" for k in ("P@1", "P@3", "P@5"))
+
     line = f"{args.name}: XR-Transformer {fmt(row['xrtransformer'])}"
     if args.xrlinear:
         # as the run's xrtransformer+xrlinear: its rule and share (combine_with_xrlinear, combine_weight)
         both = ensemble_predictions([P, sp.load_npz(args.xrlinear).tocsr()], s.combine_with_xrlinear,
-                                    fcfg.model.topk, weights=combine_weights(s))
+                                    fcfg.model.topk, weights=s.combine_weights())
         row["xrtransformer+xrlinear"] = evaluate(Y["dev"], both)
         line += f" | + XR-Linear {fmt(row['xrtransformer+xrlinear'])}"
     print(line)
@@ -212,7 +204,8 @@ def final(args: argparse.Namespace) -> None:
 
 
 def holdout_options(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--holdout", type=int, default=0, help="train / dev := all but N random training documents / those N")
+    ap.add_argument("--holdout", type=int, default=0,
+                    help="train / dev := all but N random training documents / those N")
     ap.add_argument("--seed", type=int, default=0, help="seed of the held-out rows")
 
 
@@ -220,28 +213,27 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("payload", help="write the GPU payload")
-    a.add_argument("--cache-dir", type=Path, required=True, help="stage cache of a CPU eurlex57k_xr run")
     a.add_argument("--out", type=Path, default=ROOT / ".dev")
     holdout_options(a)
     a = sub.add_parser("finetune", help="fine-tune and embed on the payload (on the GPU machine)")
     a.add_argument("--payload", type=Path, default=ROOT / ".dev")
     a.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "budget-out")))
-    a.add_argument("--work", type=Path, default=Path("/tmp/xr-budget-cache"))
+    a.add_argument("--work", type=Path, default=Path("/tmp/xr-budget-cache"), help="the fine-tuning's stage cache")
     a.add_argument("--max-docs", type=int, default=None)
     a.add_argument("name")
-    a.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. 'matcher.level_steps=[400,800,1600]'")
     a = sub.add_parser("final", help="final model on the returned embeddings (here)")
-    a.add_argument("--cache-dir", type=Path, required=True)
+    a.add_argument("--run", type=Path, required=True,
+                   help="output folder of a CPU run of the experiment (its model/xrtransformer TF-IDF is read)")
     a.add_argument("--emb", type=Path, required=True, help="DIR/NAME of NAME.{train0,train1,dev0}.npy")
     a.add_argument("--xrlinear", type=Path, default=None,
-                   help="the CPU run's predictions/xrlinear/dev.npz: also score the average with it (not with --holdout)")
+                   help="XR-Linear's dev predictions, e.g. RUN/predictions/xrlinear/dev.npz: also score the "
+                        "combination with them (not with --holdout)")
     holdout_options(a)
     a.add_argument("--results", type=Path, default=None, help="append the row (json) to this file")
     a.add_argument("--predictions", type=Path, default=None, help="save the final model's dev scores here (.npz)")
     a.add_argument("name")
-    a.add_argument("overrides", nargs="*")
     for a in sub.choices.values():
-        a.add_argument("--experiment", default=EXPERIMENT_NAME, help="the experiment whose settings the overrides amend")
+        experiment_options(a)
     args = ap.parse_args(argv)
     if args.cmd == "final" and args.holdout and args.xrlinear:
         ap.error("final: --xrlinear scores the dev split; it does not go with --holdout")
