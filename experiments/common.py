@@ -32,14 +32,10 @@ def compose_settings(overrides: Sequence[str] = (), experiment: str | None = EXP
     """The run settings (``xtransformer.pipeline.settings.RunSettings``) of ``experiment`` plus the
     Hydra ``overrides``, as ``python train.py experiment=<experiment> <overrides>`` builds them
     (``experiment`` None or "": configs/train.yaml's defaults)."""
-    from hydra import compose, initialize_config_dir
-
-    from xtransformer.pipeline.settings import run_settings
+    from xtransformer.pipeline.settings import compose_settings as compose
 
     chosen = [f"experiment={experiment}"] if experiment else []
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*chosen, *HYDRA_RUN, *overrides])
-    return run_settings(cfg)
+    return compose(*chosen, *HYDRA_RUN, *overrides)
 
 
 def describe(experiment: str | None, overrides: Sequence[str] = ()) -> str:
@@ -133,13 +129,10 @@ def final_model_settings(fcfg: Any, **changes: Any) -> Any:
     rows (:func:`final_rows`): with ``tree: recluster`` the same tree settings and linear model."""
     import dataclasses
 
-    from xtransformer.methods.xrlinear import XRLinearConfig
-
     if fcfg.tree != "recluster":
-        raise SystemExit("error: xrtransformer.final.tree=same trains on the fine-tuning tree, which a model folder "
-                         "does not keep; these studies need xrtransformer.final.tree=recluster")
-    fcfg = dataclasses.replace(fcfg, **changes)
-    return XRLinearConfig(indexing=fcfg.indexing, nr_splits=fcfg.nr_splits, n_trees=fcfg.n_trees, model=fcfg.model)
+        raise SystemExit("error: xrtransformer.final.tree=same trains on the fine-tuning tree; these studies need "
+                         "xrtransformer.final.tree=recluster")
+    return dataclasses.replace(fcfg, **changes).as_xrlinear()
 
 
 def fit_rows(X: sp.spmatrix, Y: sp.spmatrix, label_ids: Sequence[str], config: Any) -> Any:

@@ -279,3 +279,25 @@ def test_tsv_output_and_chunked_stream(moved_run, tmp_path):
     rows = out.read_text(encoding="utf-8").splitlines()
     assert len(rows) == len(moved_run["texts"].read_text(encoding="utf-8").splitlines())
     assert all(len(r.split("\t")) == 2 and ":" in r for r in rows)
+
+
+# ------------------------------------------------------------------------------------ older folders
+FORMAT1 = Path(__file__).resolve().parent / "fixtures" / "format1"
+
+
+@pytest.mark.parametrize("run", ["xtransformer-run", "xrtransformer-run"])
+def test_folders_of_the_earlier_layout_load_and_predict_as_before(run):
+    """Folders written before the methods became classes (format version 1, no label tree in an
+    XR-Transformer folder, the matcher head as safetensors) load as their classes and predict what
+    that version predicted."""
+    folder = FORMAT1 / run
+    texts = json.loads((folder / "texts.json").read_text())
+    expected = json.loads((folder / "expected.json").read_text())
+    for method, rows in expected.items():
+        model = XMCModel.load(folder / "model", method=method)
+        assert model.method == method and type(model).__name__ in ("XRLinear", "XTransformer", "XRTransformer",
+                                                                    "Combination")
+        got = model.predict(texts, k=5)
+        for g, want in zip(got, rows):
+            assert g["labels"] == want["labels"], (method, g, want)
+            np.testing.assert_allclose(g["scores"], want["scores"], rtol=1e-5, atol=1e-6)

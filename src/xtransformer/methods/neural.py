@@ -27,7 +27,7 @@ from xtransformer.utils.io import load_csr, load_json, save_csr, save_json, save
 
 log = logging.getLogger(__name__)
 
-TFIDF_DIR, MATCHER_DIR, RANKER_DIR = "tfidf", "matcher", "ranker"
+TFIDF_DIR, MATCHER_DIR, RANKER_DIR, TREE_DIR = "tfidf", "matcher", "ranker", "label_tree"
 EmbedFn = Callable[[list[str]], np.ndarray]
 
 

@@ -68,6 +68,12 @@ class FinalModelConfig(Settings):
             raise self.bad("model.features", f"is {self.model.features!r}, but the final model reads "
                                              "TF-IDF ⊕ embeddings: set it to 'tfidf+neural'")
 
+    def as_xrlinear(self) -> XRLinearConfig:
+        """With ``tree: recluster`` the final model is XR-Linear on its feature rows: these settings."""
+        if self.tree != "recluster":
+            raise self.bad("tree", "is 'same': the final model trains on the fine-tuning tree, not an XR-Linear tree")
+        return XRLinearConfig(indexing=self.indexing, nr_splits=self.nr_splits, n_trees=self.n_trees, model=self.model)
+
 
 @dataclass
 class XRTransformerConfig(Settings):

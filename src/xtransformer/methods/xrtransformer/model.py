@@ -15,7 +15,7 @@ from xtransformer.matcher.inference import LoadedMatcher
 from xtransformer.matcher.train import check_model
 from xtransformer.methods.base import ModelRecords, with_settings
 from xtransformer.methods.neural import (
-    RANKER_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, index_stage, outputs_key,
+    RANKER_DIR, TREE_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, index_stage, outputs_key,
 )
 from xtransformer.methods.xrlinear import fit_tree_model, index_section
 from xtransformer.methods.xrlinear.model import ranker_predict_settings
@@ -39,7 +39,7 @@ class XRTransformer(NeuralModel):
                  final: HierarchicalLinear | LinearForest | None = None, chain: ClusterChain | None = None):
         super().__init__(records, tfidf, matcher, features)
         self.final = final
-        self.chain = chain  # the indexing tree it fine-tuned over (known after fit, not saved)
+        self.chain = chain  # the indexing tree it fine-tuned over (None in folders written before it was kept)
 
     # ------------------------------------------------------------------ training
     @classmethod
@@ -116,12 +116,16 @@ class XRTransformer(NeuralModel):
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
         components = self._save_neural(tmp)  # the encoder, and the head for combine_head
         self.final.save(tmp / RANKER_DIR)
+        if self.chain is not None:  # the tree it fine-tuned over (final.tree: same ranks on it too)
+            self.chain.save(tmp / TREE_DIR, self.label_ids)
+            components["label_tree"] = TREE_DIR
         return components
 
     @classmethod
     def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "XRTransformer":
         tfidf, matcher = cls._load_neural(folder)
-        return cls(records, tfidf, matcher, components["features"], load_tree_model(folder / RANKER_DIR))
+        chain = ClusterChain.load(folder / components["label_tree"]) if "label_tree" in components else None
+        return cls(records, tfidf, matcher, components["features"], load_tree_model(folder / RANKER_DIR), chain)
 
 
 def final_stage(ctx: Any, key: str, data: LabeledData, feats: sp.csr_matrix, s: XRTransformerSettings,
@@ -133,8 +137,8 @@ def final_stage(ctx: Any, key: str, data: LabeledData, feats: sp.csr_matrix, s: 
 
     def build(tmp: Path) -> None:
         if fcfg.tree == "recluster":
-            model, report = fit_tree_model(fcfg.indexing, fcfg.nr_splits, fcfg.model, feats, data.Y, data.label_ids,
-                                           fcfg.n_trees)
+            x = fcfg.as_xrlinear()
+            model, report = fit_tree_model(x.indexing, x.nr_splits, x.model, feats, data.Y, data.label_ids, x.n_trees)
             save_json(report, tmp / "index_report.json")
         else:
             model = HierarchicalLinear.train(feats, data.Y, list(tree), fcfg.model, merge=s.indexing.merge)

@@ -15,15 +15,13 @@ from xtransformer.matcher.inference import LoadedMatcher
 from xtransformer.matcher.train import check_model, fine_tune_matcher, topb_recall
 from xtransformer.methods.base import ModelRecords, with_settings
 from xtransformer.methods.neural import (
-    RANKER_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, index_stage, outputs_key,
+    RANKER_DIR, TREE_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, index_stage, outputs_key,
 )
 from xtransformer.methods.xrlinear import index_section
 from xtransformer.methods.xtransformer.config import XTransformerSettings
 from xtransformer.ranker import LinearRanker, RankerConfig, concat_features, train_ranker
 from xtransformer.ranker.negatives import binarize
 from xtransformer.utils.io import settings_key
-
-TREE_DIR = "label_tree"
 
 
 class XTransformer(NeuralModel):
