@@ -134,6 +134,11 @@ class Settings:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
 
 
+# records that moved when the methods became packages: configs written before still name the old place
+_MOVED = {"xtransformer.pipeline.settings.XRLinearConfig": "xtransformer.methods.xrlinear.XRLinearConfig",
+          "xtransformer.xrtransformer.XRTransformerConfig": "xtransformer.methods.xrtransformer.XRTransformerConfig"}
+
+
 def _target_class(base: type[S], target: str, where: str) -> type[S]:
     """The class a config's ``_target_`` names: ``base`` itself or a subclass of it."""
     import importlib
@@ -142,7 +147,8 @@ def _target_class(base: type[S], target: str, where: str) -> type[S]:
     try:
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError, ValueError):
-        raise base.error(f"{_join(where, '_target_')}={target!r}: no such class") from None
+        moved = f" (it moved: write {_MOVED[str(target)]})" if str(target) in _MOVED else ""
+        raise base.error(f"{_join(where, '_target_')}={target!r}: no such class{moved}") from None
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise base.error(f"{_join(where, '_target_')}={target!r}: must be "
                          f"{base.__module__}.{base.__qualname__} or a subclass of it")

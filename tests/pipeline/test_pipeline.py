@@ -1,0 +1,202 @@
+"""End-to-end: the Hydra config composes, the whole pipeline runs on a slice of Reuters with a
+tiny random encoder, stages are cached and reused, and a sweep aggregates into a table."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from run_helpers import CONFIGS, ROOT, TINY, compose_run
+
+# A slice of Reuters and a tiny random BERT: the whole method in seconds.
+def _groups() -> dict[str, list[str]]:
+    skip = {"hydra", "table5"}
+    return {
+        d.name: sorted(p.stem for p in d.glob("*.yaml"))
+        for d in sorted(CONFIGS.iterdir())
+        if d.is_dir() and d.name not in skip
+    }
+
+
+def test_every_config_option_composes(tmp_path):
+    for group, options in _groups().items():
+        for option in options:
+            cfg = compose_run([f"{group}={option}"], tmp_path)
+            OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+
+
+def test_table5_rowscompose_run(tmp_path):
+    for row in sorted(p.stem for p in (CONFIGS / "table5").glob("*.yaml")):
+        cfg = compose_run([f"+table5={row}"], tmp_path)
+        assert cfg.indexing.name in ("pifa_tfidf", "pifa_neural", "text_emb")
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib", "slurm", "submitit_local"])
+def test_launcherscompose_run(tmp_path, launcher):
+    """The sweep launchers: basic (default), joblib (local parallel), SLURM via submitit."""
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[f"hydra/launcher={launcher}", "trainer=ddp"],
+                      return_hydra_config=True)
+    node = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
+    assert launcher.split("_")[0].lower() in node["_target_"].lower()
+    if launcher == "slurm":
+        # one SLURM task per Lightning device, so DDP runs without re-launching the script
+        cfg.hydra.launcher.submitit_folder = str(tmp_path)  # its default interpolates hydra.sweep.dir
+        assert cfg.hydra.launcher.tasks_per_node == cfg.trainer.devices == 2
+        assert cfg.hydra.launcher.nodes == cfg.trainer.num_nodes
+        assert cfg.hydra.launcher.max_num_timeout > 0
+
+
+def test_bad_combine_with_xrlinear_fails_before_work(tmp_path):
+    from xtransformer.pipeline.run import run
+
+    with pytest.raises(ValueError, match="combine_with_xrlinear"):
+        run(compose_run([*TINY, "combine_with_xrlinear=median"], tmp_path))
+    assert not (tmp_path / "cache").exists()
+
+
+def test_bad_key_fails_at_composition(tmp_path):
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException):
+        compose_run(["matcher=no_such_matcher"], tmp_path)
+    with pytest.raises(ConfigCompositionException):
+        compose_run(["ranker.no_such_key=1"], tmp_path)
+
+
+@pytest.mark.slow
+def test_pipeline_end_to_end_and_stage_cache(tmp_path):
+    from xtransformer.pipeline.run import run
+
+    cfg = compose_run(TINY, tmp_path)
+    metrics = run(cfg)
+    run_dir = tmp_path / "run"
+    saved = json.loads((run_dir / "metrics.json").read_text())
+    from xtransformer.metrics import evaluate
+    from xtransformer.utils.io import load_csr
+
+    truth = load_csr(run_dir / "truth" / "test.npz")
+    popular = np.asarray(truth.sum(axis=0)).ravel().argmax()  # a floor: the most frequent test label
+    floor = 100 * truth[:, popular].mean()
+    for method in ("xtransformer", "xrlinear"):
+        res = saved["results"][method]
+        pred = load_csr(run_dir / "predictions" / method / "test.npz")
+        # the saved numbers are the saved predictions' (top-5 of each row, every test document)
+        assert res["n_docs"] == 400 and pred.shape == truth.shape
+        assert res["P@1"] == pytest.approx(evaluate(truth, pred)["P@1"])
+        assert res["P@1"] > floor  # both methods learned something on 400 documents
+    assert saved["metrics"] == saved["results"]["xtransformer"]
+    assert saved["seed"] == 0 and saved["config"]["matcher"]["model_name_or_path"] == "tiny:bert"
+    assert {"indexing", "matcher", "ranker", "xrlinear"} <= set(metrics["stages"]["ran"])
+    assert (run_dir / "predictions" / "test.npz").is_file() and (run_dir / "label_vocab.txt").is_file()
+    # the in-run ensemble is the average of the two methods' saved score matrices
+    from xtransformer.ensemble import ensemble_predictions
+
+    preds = {m: load_csr(run_dir / "predictions" / m / "test.npz") for m in ("xtransformer", "xrlinear")}
+    combined = ensemble_predictions([preds["xtransformer"], preds["xrlinear"]], method="average")
+    truth = load_csr(run_dir / "truth" / "test.npz")
+    assert saved["results"]["xtransformer+xrlinear"]["P@1"] == pytest.approx(evaluate(truth, combined)["P@1"])
+    assert (load_csr(run_dir / "predictions" / "test.npz") != preds["xtransformer"]).nnz == 0
+    assert any((run_dir / "plots").glob("*.png"))
+
+    # the same command again: every stage is reused, nothing retrained, same numbers
+    again = run(compose_run(TINY, tmp_path))
+    assert again["stages"]["ran"] == []
+    assert set(again["stages"]["reused"]) >= {"indexing", "matcher", "ranker", "xrlinear"}
+    assert again["results"]["xtransformer"] == metrics["results"]["xtransformer"]
+
+    # a ranker-only change retrains only the ranker
+    changed = run(compose_run([*TINY, "ranker.Cp=2.0"], tmp_path))
+    assert changed["stages"]["ran"] == ["ranker"]
+
+
+@pytest.mark.slow
+def test_multirun_sweep_resumes_and_aggregates(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    sweep = tmp_path / "sweep"
+    cmd = [
+        sys.executable, str(ROOT / "train.py"), "-m", *TINY, "train_xrlinear=false",
+        "ranker=tfidf_tfn,tfidf_neural_tfn_man", "seed=0,1",
+        f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}",
+    ]
+    # interrupt the sweep as soon as its first run has finished
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    while not (sweep / "0" / "metrics.json").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    assert (sweep / "0" / "metrics.json").exists(), proc.stderr.read()[-3000:]
+
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = [json.loads((sweep / str(i) / "metrics.json").read_text()) for i in range(4)]
+    assert runs[0]["stages"]["ran"] == []  # the finished run is redone from cache only
+    # the two ranker options share each seed's matcher: at most 2 fine-tunings over both attempts
+    assert sum("matcher" in r["stages"]["ran"] for r in runs[1:]) <= 1
+
+    agg = subprocess.run(
+        [sys.executable, "-m", "xtransformer.suite.aggregate", str(sweep)], env=env, capture_output=True, text=True
+    )
+    assert agg.returncode == 0, agg.stderr
+    assert "±" in agg.stdout and (sweep / "results.md").is_file() and (sweep / "results_p_at_k.png").is_file()
+
+
+@pytest.mark.slow
+def test_ddp_from_hydra_entry_point_one_run_folder(tmp_path):
+    """`python train.py trainer=ddp_cpu`: Lightning relaunches the script for rank 1; the run still
+    has one output folder, one metrics.json, and rank 1 neither logs nor redoes the stages."""
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    cmd = [
+        sys.executable, str(ROOT / "train.py"), *TINY, "trainer=ddp_cpu", "trainer.enable_progress_bar=false",
+        f"paths.cache_dir={tmp_path / 'cache'}", f"paths.log_dir={tmp_path / 'logs'}",
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = list((tmp_path / "logs" / "train" / "runs").iterdir())
+    assert len(runs) == 1, runs
+    metrics = json.loads((runs[0] / "metrics.json").read_text())
+    assert metrics["results"]["xtransformer"]["n_docs"] == 400
+    assert metrics["config"]["trainer"]["strategy"] == "ddp" and metrics["config"]["trainer"]["devices"] == 2
+    assert sorted(metrics["stages"]["ran"]) == ["indexing", "matcher", "matcher_outputs", "ranker", "tfidf", "xrlinear"]
+    stage_dirs = [p for p in (tmp_path / "cache" / "stages").glob("*/*") if p.is_dir() and p.name != "_work"]
+    assert len(stage_dirs) == 6  # each stage built once, not once per rank
+
+
+@pytest.mark.slow
+def test_submitit_launcher_runs_members_as_jobs(tmp_path):
+    """`hydra/launcher=submitit_local` submits each member as a job through submitit, the same code
+    path as `hydra/launcher=slurm` minus the scheduler: the pipeline runs there end to end."""
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    sweep = tmp_path / "sweep"
+    cmd = [
+        sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
+        *TINY, "train_xrlinear=false", f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}", "seed=0",
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    metrics = json.loads((sweep / "0" / "metrics.json").read_text())
+    assert metrics["results"]["xtransformer"]["n_docs"] == 400
+    assert any((sweep / ".submitit").rglob("*_result.pkl"))  # it really went through submitit
+
+
+@pytest.mark.parametrize("env,zero", [({}, True), ({"LOCAL_RANK": "0", "NODE_RANK": "0"}, True),
+                                      ({"LOCAL_RANK": "1"}, False), ({"SLURM_PROCID": "3"}, False),
+                                      ({"RANK": "2"}, False), ({"SLURM_PROCID": "0"}, True)])
+def test_rank_zero_under_lightning_and_slurm(monkeypatch, env, zero):
+    """Only rank 0 builds stages: Lightning's re-launched ranks and SLURM's other tasks only help train."""
+    from xtransformer.utils.dist import is_rank_zero
+
+    for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert is_rank_zero() is zero
