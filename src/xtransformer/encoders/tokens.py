@@ -8,7 +8,7 @@ at whitespace, so the words the cut shortened or dropped cannot change the token
 Every other text (the window runs into the cut, no whitespace, a tokenizer without offsets,
 left-side truncation) is tokenised whole, so the ids always equal
 ``tokenizer(texts, truncation=True, max_length=max_length)``'s (EURLEX57K, 20,000 acts: 4.5 s at
-128 tokens against 10.7 whole and 5.6 cut at 16 characters a token; benchmarks/bench_matcher_overheads.py).
+128 tokens against 10.7 whole and 5.6 cut at 16 characters a token; experiments/matcher_overheads).
 """
 
 from __future__ import annotations

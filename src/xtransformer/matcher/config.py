@@ -37,7 +37,7 @@ class MatcherConfig(Settings):
     truncate_chars: int | None = None  # characters kept before tokenising; None: the whole text
     # tokens per document when the fine-tuned encoder embeds (the ranker's features, the top-b
     # shortlist, prediction); null: max_length. Reading more of each document than fine-tuning did
-    # costs only inference time (README: XR-Transformer, "embed_max_length")
+    # costs only inference time (experiment=eurlex57k_xr_ensemble reads 256 after fine-tuning on 128)
     embed_max_length: int | None = predict_field(None)
     batch_size: int = 32
     eval_batch_size: int = run_field(128)
@@ -51,7 +51,7 @@ class MatcherConfig(Settings):
     grad_clip: float | None = 1.0
     # every dropout of the encoder (hidden and attention) while fine-tuning; null: the model's own
     # (0.1 for BERT / MiniLM / MPNet). On a CPU, attention dropout keeps SDPA off its fused kernel
-    # and draws a random number per attention weight (README: "Dropout and the CPU step").
+    # and draws a random number per attention weight (experiments/dropout).
     dropout: float | None = None
     accumulate_grad_batches: int = 1
     val_every_n_steps: int | None = run_field(None)  # None: validate at the end of each epoch

@@ -132,7 +132,7 @@ class XMCModel:
     def stage_keys(cls, settings: Settings, data_key: str, n_labels: int, trainer: Any) -> dict[str, Any]:
         """Every stage's cache key, from the settings, the training data's content key, the label
         count and the trainer (placement and precision); a training setting changes its stage's key
-        and every key downstream, a prediction or run setting none (``tests/test_keys.py``)."""
+        and every key downstream, a prediction or run setting none (``tests/methods/test_keys.py``)."""
         raise NotImplementedError
 
     @classmethod

@@ -3,7 +3,7 @@
 bf16 autocast pays off only where the hardware multiplies bf16 itself: a CUDA GPU that supports it,
 or a CPU with AMX-BF16 or AVX512-BF16. On any other CPU, PyTorch emulates it: on a 2-core AVX2
 host a MiniLM training step took 25x as long as in fp32 and encoding 8x
-(``benchmarks/bench_precision.py``). ``auto`` is therefore bf16-mixed where it is native and
+(``experiments/precision``). ``auto`` is therefore bf16-mixed where it is native and
 32-true elsewhere.
 """
 

@@ -45,7 +45,7 @@ class FinalModelConfig(Settings):
     n_trees: int = 1
     indexing: IndexingConfig = field(default_factory=lambda: IndexingConfig(max_leaf_size=100))
     # PECOS's final model: matcher-aware negatives from the model's own beam, light pruning; at
-    # prediction the label rankers outweigh the path above them (matcher_weight 0.2, README)
+    # prediction the label rankers outweigh the path above them (matcher_weight 0.2: experiments/matcher_weight)
     model: HierarchicalLinearConfig = field(default_factory=lambda: HierarchicalLinearConfig(
         features="tfidf+neural", negatives="tfn+man", threshold=0.01, matcher_weight=0.2))
     # prediction only: also rank with the fine-tuned label-level head, combined with the linear
