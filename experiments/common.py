@@ -116,6 +116,18 @@ def embeddings(model: Any, texts: Sequence[str], work: Path = WORK) -> np.ndarra
     return emb
 
 
+def run_rows(run: RunFolder, work: Path = WORK) -> tuple[Any, Any, dict[str, sp.csr_matrix], dict[str, sp.csr_matrix]]:
+    """A finished XR-Transformer run's two models (``xrtransformer``, ``xrlinear``) and, for its
+    training documents and its eval split, XR-Linear's TF-IDF rows and the final model's rows."""
+    ds = run.dataset
+    splits = ("train", ds.eval_split)
+    texts = {n: ds.splits[n].texts for n in splits}
+    xrt, xrl = run.model("xrtransformer"), run.model("xrlinear")
+    X = {n: xrl.tfidf.from_texts(texts[n]) for n in splits}
+    X_xrt = X if same_tfidf(xrt, xrl) else {n: xrt.tfidf.from_texts(texts[n]) for n in splits}
+    return xrt, xrl, X, {n: final_rows(xrt, X_xrt[n], embeddings(xrt, texts[n], work)) for n in splits}
+
+
 def final_rows(model: Any, X: sp.csr_matrix, emb: np.ndarray) -> sp.csr_matrix:
     """XR-Transformer's final-model rows (TF-IDF ⊕ embeddings) as ``model`` builds them."""
     from xtransformer.methods.xrtransformer.features import final_features

@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
 from common import (  # noqa: E402
-    WORK, RunFolder, embeddings, final_model_settings, final_rows, fit_rows, held_out_total, holdout_rows, rounded,
-    run_option, same_tfidf, save_selection, score_cells, selection_parser,
+    WORK, RunFolder, final_model_settings, fit_rows, held_out_total, holdout_rows, rounded,
+    run_option, run_rows, save_selection, score_cells, selection_parser,
 )
 
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
@@ -41,14 +41,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     run = RunFolder(args.run)
     ds, s = run.dataset, run.settings
-    splits = ("train", ds.eval_split)
-    texts = {n: ds.splits[n].texts for n in splits}
     Y, ev_y = ds.splits["train"].Y.tocsr(), ds.splits[ds.eval_split].Y
     fit, held = holdout_rows(Y.shape[0], args.holdout, args.seed)
-    xrt, xrl = run.model("xrtransformer"), run.model("xrlinear")
-    X = {n: xrl.tfidf.from_texts(texts[n]) for n in splits}
-    X_xrt = X if same_tfidf(xrt, xrl) else {n: xrt.tfidf.from_texts(texts[n]) for n in splits}
-    F = {n: final_rows(xrt, X_xrt[n], embeddings(xrt, texts[n], args.work)) for n in splits}
+    xrt, xrl, X, F = run_rows(run, args.work)
     final = final_model_settings(s.methods["xrtransformer"].xrtransformer.final)
     models = {  # name -> (features, the run's eval-split predictor at weight w, settings of the held-out model)
         "xrtransformer": (F, lambda w: xrt.final.predict(F[ds.eval_split], matcher_weight=w), final),

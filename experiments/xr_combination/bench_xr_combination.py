@@ -29,8 +29,8 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
 from common import (  # noqa: E402
-    METRICS, WORK, RunFolder, embeddings, final_model_settings, final_rows, fit_rows, held_out_total, rounded,
-    run_option, same_tfidf, save_selection, selection_parser, trees,
+    METRICS, WORK, RunFolder, final_model_settings, fit_rows, held_out_total, rounded,
+    run_option, run_rows, save_selection, selection_parser, trees,
 )
 
 SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -48,12 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     run = RunFolder(args.run)
     s, ds = run.settings, run.dataset
-    splits = ("train", ds.eval_split)
-    texts = {n: ds.splits[n].texts for n in splits}
-    xrt, xrl = run.model("xrtransformer"), run.model("xrlinear")
-    X = {n: xrl.tfidf.from_texts(texts[n]) for n in splits}
-    X_xrt = X if same_tfidf(xrt, xrl) else {n: xrt.tfidf.from_texts(texts[n]) for n in splits}
-    F = {n: final_rows(xrt, X_xrt[n], embeddings(xrt, texts[n], args.work)) for n in splits}
+    xrt, xrl, X, F = run_rows(run, args.work)
     Y = ds.splits["train"].Y.tocsr()
     configs = {"xrlinear": s.methods["xrlinear"].xrlinear,
                "final": final_model_settings(s.methods["xrtransformer"].xrtransformer.final, n_trees=args.trees)}

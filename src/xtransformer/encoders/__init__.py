@@ -45,5 +45,6 @@ __all__ = [
     "build_tiny_model", "check_model_available", "declare_pooling", "default_cache_dir", "default_pooling",
     "default_truncate_chars", "embed_texts", "encode_batches", "encoder_forward", "l2_normalize",
     "length_sorted_batches", "load_encoder", "pool_hidden", "pretrained_encoder", "resolve_model", "resolve_pooling",
+    "set_dropout",
     "texts_fingerprint",
 ]

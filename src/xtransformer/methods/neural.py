@@ -11,6 +11,7 @@ the training documents, so a saved folder reproduces the run's predictions.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.data.inputs import LabeledData
-from xtransformer.data.tfidf import TfidfFeatures
+from xtransformer.data.tfidf import TfidfFeatures, tfidf_stage
 from xtransformer.indexing import ClusterChain, build_index, cluster_quality, learn_overlap
 from xtransformer.matcher.inference import EncodeOptions, LoadedMatcher
 from xtransformer.matcher.train import inference_precision, tiny_corpus
@@ -29,6 +30,16 @@ log = logging.getLogger(__name__)
 
 TFIDF_DIR, MATCHER_DIR, RANKER_DIR, TREE_DIR = "tfidf", "matcher", "ranker", "label_tree"
 EmbedFn = Callable[[list[str]], np.ndarray]
+
+
+@dataclass
+class TreeInputs:
+    """The matcher settings resolved for the context, the TF-IDF component and rows, the label tree."""
+
+    mcfg: Any
+    tfidf: TfidfFeatures
+    X: sp.csr_matrix
+    chain: ClusterChain
 
 
 class NeuralModel(XMCModel):
@@ -44,6 +55,22 @@ class NeuralModel(XMCModel):
         self.matcher = matcher
         self.features = features  # how the embeddings the rankers read were made: part of the model
         self.device = "cpu"
+
+    @classmethod
+    def _check(cls, data: LabeledData, s: Any) -> None:
+        from xtransformer.indexing import check_copies_fit
+        from xtransformer.matcher.train import check_model
+
+        data.require_texts(f"method={cls.kind}")
+        check_model(s.matcher)
+        check_copies_fit(s.indexing, data.n_labels, "indexing")
+
+    @staticmethod
+    def _tree_inputs(ctx: Any, data: LabeledData, s: Any, keys: dict[str, Any]) -> "TreeInputs":
+        """What both transformer methods build before fine-tuning: TF-IDF and the label tree."""
+        tfidf, X = tfidf_stage(ctx.cache, data, s.tfidf, keys["tfidf"])
+        chain, _ = index_stage(ctx, data, X, s, keys["indexing"])
+        return TreeInputs(ctx.matcher_settings(s.matcher), tfidf, X, chain)
 
     def to(self, device: str) -> "NeuralModel":
         """Encode on ``device`` ("cpu", "cuda")."""

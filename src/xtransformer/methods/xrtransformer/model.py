@@ -8,14 +8,13 @@ from typing import Any
 import scipy.sparse as sp
 
 from xtransformer.data.inputs import LabeledData
-from xtransformer.data.tfidf import TfidfFeatures, tfidf_key, tfidf_stage
+from xtransformer.data.tfidf import TfidfFeatures, tfidf_key
 from xtransformer.indexing import ClusterChain, IndexingConfig, check_copies_fit
 from xtransformer.matcher.config import MatcherConfig
 from xtransformer.matcher.inference import LoadedMatcher
-from xtransformer.matcher.train import check_model
 from xtransformer.methods.base import ModelRecords, with_settings
 from xtransformer.methods.neural import (
-    RANKER_DIR, TREE_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, index_stage, outputs_key,
+    RANKER_DIR, TREE_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, outputs_key,
 )
 from xtransformer.methods.xrlinear import fit_tree_model, index_section
 from xtransformer.methods.xrlinear.model import ranker_predict_settings
@@ -65,9 +64,7 @@ class XRTransformer(NeuralModel):
 
     @classmethod
     def _check(cls, data: LabeledData, s: XRTransformerSettings) -> None:
-        data.require_texts(f"method={cls.kind}")
-        check_model(s.matcher)
-        check_copies_fit(s.indexing, data.n_labels, "indexing")
+        super()._check(data, s)
         if s.xrtransformer.final.tree == "recluster":
             check_copies_fit(s.xrtransformer.final.indexing, data.n_labels, "xrtransformer.final.indexing")
 
@@ -76,9 +73,8 @@ class XRTransformer(NeuralModel):
              keys: dict[str, Any]) -> "XRTransformer | None":
         from xtransformer.methods.xrtransformer.finetune import fine_tune
 
-        mcfg = ctx.matcher_settings(s.matcher)
-        tfidf, X = tfidf_stage(ctx.cache, data, s.tfidf, keys["tfidf"])
-        chain, _ = index_stage(ctx, data, X, s, keys["indexing"])
+        t = cls._tree_inputs(ctx, data, s, keys)
+        mcfg, tfidf, X, chain = t.mcfg, t.tfidf, t.X, t.chain
         tree = chain.subsample(s.xrtransformer.nr_splits)
         tuned = fine_tune(ctx, data, list(tree), mcfg, s.xrtransformer, keys[LEVEL_STAGE], validation)
         if not ctx.is_rank_zero:

@@ -9,13 +9,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.data.inputs import LabeledData
-from xtransformer.data.tfidf import TfidfFeatures, tfidf_key, tfidf_stage
-from xtransformer.indexing import ClusterChain, check_copies_fit
+from xtransformer.data.tfidf import TfidfFeatures, tfidf_key
+from xtransformer.indexing import ClusterChain
 from xtransformer.matcher.inference import LoadedMatcher
-from xtransformer.matcher.train import check_model, fine_tune_matcher, topb_recall
+from xtransformer.matcher.train import fine_tune_matcher, topb_recall
 from xtransformer.methods.base import ModelRecords, with_settings
 from xtransformer.methods.neural import (
-    RANKER_DIR, TREE_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, index_stage, outputs_key,
+    RANKER_DIR, TREE_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, outputs_key,
 )
 from xtransformer.methods.xrlinear import index_section
 from xtransformer.methods.xtransformer.config import XTransformerSettings
@@ -48,17 +48,10 @@ class XTransformer(NeuralModel):
         return {"tfidf": tfidf, "indexing": indexing, "matcher": matcher, "matcher_outputs": outputs, "ranker": ranker}
 
     @classmethod
-    def _check(cls, data: LabeledData, s: XTransformerSettings) -> None:
-        data.require_texts(f"method={cls.kind}")
-        check_model(s.matcher)
-        check_copies_fit(s.indexing, data.n_labels, "indexing")
-
-    @classmethod
     def _fit(cls, data: LabeledData, s: XTransformerSettings, ctx: Any, validation: LabeledData | None,
              keys: dict[str, str]) -> "XTransformer | None":
-        mcfg = ctx.matcher_settings(s.matcher)
-        tfidf, X = tfidf_stage(ctx.cache, data, s.tfidf, keys["tfidf"])
-        chain, _ = index_stage(ctx, data, X, s, keys["indexing"])
+        t = cls._tree_inputs(ctx, data, s, keys)
+        mcfg, tfidf, X, chain = t.mcfg, t.tfidf, t.X, t.chain
         folder = fine_tune_matcher(ctx, keys["matcher"], data, chain.leaf_assignment, mcfg, validation)
         if not ctx.is_rank_zero:
             return None  # a DDP helper process: its share of the fine-tuning is done
