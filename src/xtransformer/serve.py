@@ -568,7 +568,10 @@ def create_app(model: Any, limits: Limits | None = None, api_keys: Sequence[byte
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return _json_error(exc.status_code, str(exc.detail), getattr(exc, "field", None), getattr(exc, "headers", None))
+        field, detail = getattr(exc, "field", None), str(exc.detail)
+        if exc.status_code == 400 and field is None:  # FastAPI could not decode the body (not UTF-8 JSON)
+            field, detail = "body", f"malformed request body: not UTF-8 JSON ({detail.lower()})"
+        return _json_error(exc.status_code, detail, field, getattr(exc, "headers", None))
 
     def is_ready() -> tuple[bool, str]:
         if not loaded["ready"]:
