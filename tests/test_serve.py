@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -370,3 +372,29 @@ def test_micro_batcher_refuses_work_that_would_outlast_the_timeout():
     with pytest.raises(QueueFull, match="queue is full") as err:
         batcher.admit(1)
     assert err.value.retry_after == 50
+
+
+def test_worker_processes_answer_as_the_model_and_a_dead_worker_fails_health(toy):
+    model, texts = toy["model"], toy["texts"]
+    served = start(toy["folder"], "--workers", "2")
+    try:
+        jobs = [(texts[i:i + 3], 1 + i % 4) for i in range(16)]
+        with httpx.Client(timeout=60) as client, ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(lambda job: client.post(f"{served.base}/predict",
+                                                            json={"texts": job[0], "k": job[1]}), jobs))
+        for (batch, k), reply in zip(jobs, replies):
+            assert reply.status_code == 200 and reply.json()["predictions"] == model.predict(batch, k=k)
+        assert _metrics(served.base)["xmc_workers"] == 2
+        assert httpx.get(f"{served.base}/health", timeout=10).json()["workers"] == 2
+        children = [int(c) for task in Path(f"/proc/{served.proc.pid}/task").iterdir()
+                    for c in (task / "children").read_text().split()]
+        assert len(children) == 2
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        _wait_until(lambda: httpx.get(f"{served.base}/health", timeout=10).status_code == 503, "health 503")
+        assert "worker died" in httpx.get(f"{served.base}/health", timeout=10).json()["error"]
+        assert httpx.get(f"{served.base}/ready", timeout=10).status_code == 503
+        r = httpx.post(f"{served.base}/predict", json={"texts": ["a"]}, timeout=30)
+        assert r.status_code == 500 and "\n" not in r.json()["error"] and "Traceback" not in r.text
+    finally:
+        served.stop()

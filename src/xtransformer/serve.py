@@ -34,6 +34,7 @@ import ipaddress
 import logging
 import math
 import os
+import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -160,6 +161,8 @@ class Metrics:
         out += [f"xmc_running_texts {batcher.running_texts}"]
         out += head("xmc_queue_limit_texts", "gauge", "--max-queue")
         out += [f"xmc_queue_limit_texts {batcher.max_queue}"]
+        out += head("xmc_workers", "gauge", "forward passes that can run at once (model workers)")
+        out += [f"xmc_workers {batcher.workers}"]
         out += head("xmc_ready", "gauge", "1 when /ready answers 200")
         out += [f"xmc_ready {int(ready)}"]
         out += head("xmc_model_info", "gauge", "the model served")
@@ -197,11 +200,113 @@ class _Job:
         self.texts, self.k, self.future, self.queued = texts, k, future, True
 
 
+class _ThreadSlot:
+    """Runs the model's forward passes in one thread of this process."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="xmc-model")
+
+    @property
+    def alive(self) -> bool:
+        return True
+
+    async def run(self, texts: list[str], k: int) -> list[dict[str, Any]]:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self._predict, texts, k)
+
+    def _predict(self, texts: list[str], k: int) -> list[dict[str, Any]]:
+        return self.model.predict(texts, k=k) if texts else []
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class WorkerDied(RuntimeError):
+    pass
+
+
+def _worker_main(conn: Any, model: Any, overrides: dict[str, Any], threads: int) -> None:
+    """A forked model worker: answers ``(texts, k)`` on its pipe until the pipe closes. It ignores
+    SIGINT / SIGTERM (a signal to the whole process group must not cut the server's drain short)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    try:
+        model.predict(["warm up"], k=1, **overrides)
+    except Exception:  # noqa: BLE001  (the real requests will report it)
+        pass
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            break
+        if message is None:
+            break
+        texts, k = message
+        try:
+            reply = (True, model.predict(texts, k=k, **overrides) if texts else [])
+        except Exception as e:  # noqa: BLE001  (sent back: the server answers 500 and logs it)
+            reply = (False, f"{type(e).__name__}: {e}")
+        try:
+            conn.send(reply)
+        except (OSError, ValueError):
+            break
+
+
+class _ProcessSlot:
+    """A worker process forked after the model was loaded (its arrays shared copy-on-write), fed
+    over a pipe; one thread of this process waits on the pipe without holding the GIL."""
+
+    def __init__(self, model: Any, overrides: dict[str, Any], threads: int):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, model, overrides, threads), daemon=True,
+                                name="xmc-model-worker")
+        self.proc.start()
+        child.close()
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="xmc-worker-pipe")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    async def run(self, texts: list[str], k: int) -> list[dict[str, Any]]:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self._call, texts, k)
+
+    def _call(self, texts: list[str], k: int) -> list[dict[str, Any]]:
+        try:
+            self.conn.send((texts, k))
+            ok, value = self.conn.recv()
+        except (EOFError, OSError, BrokenPipeError) as e:
+            raise WorkerDied(f"model worker {self.proc.pid} died ({type(e).__name__}; exit code "
+                             f"{self.proc.exitcode})") from None
+        if not ok:
+            raise RuntimeError(value)
+        return value
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=5)
+        self.conn.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
 class MicroBatcher:
-    """A bounded queue of requests served by one model thread, several requests per forward pass."""
+    """A bounded queue of requests served by the model's forward passes, several requests per
+    pass: one pass at a time in a thread (``workers=1``), or up to ``workers`` at once in forked
+    worker processes (for models whose prediction holds the GIL, e.g. TF-IDF in Python)."""
 
     def __init__(self, model: Any, max_batch: int = 1024, max_queue: int = 4096, request_timeout: float = 30.0,
-                 metrics: Metrics | None = None):
+                 metrics: Metrics | None = None, workers: int = 1):
         self.model = model  # XMCModel (anything with predict(texts, k=...))
         self.max_batch, self.max_queue, self.request_timeout = max_batch, max_queue, request_timeout
         self.metrics = metrics or Metrics()
@@ -210,13 +315,32 @@ class MicroBatcher:
         self.queued_texts = 0  # texts of the jobs in `jobs` still waiting
         self.running_texts = 0
         self.seconds_per_text: float | None = None  # moving average over recent passes
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="xmc-model")
+        if workers <= 1:
+            self.slots: list[Any] = [_ThreadSlot(model)]
+        else:  # forked now, before the server starts any thread
+            threads = max(1, (os.cpu_count() or 1) // workers)
+            settings = getattr(model, "predict_settings", {}) or {}
+            overrides = {"threads": threads} if "threads" in settings else {}
+            self.slots = [_ProcessSlot(model, overrides, threads) for _ in range(workers)]
+        self._free: asyncio.Queue | None = None
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
+        self._running: set[asyncio.Task] = set()
+
+    @property
+    def workers(self) -> int:
+        return len(self.slots)
+
+    @property
+    def alive(self) -> bool:
+        return all(slot.alive for slot in self.slots)
 
     async def start(self) -> None:
         if self._task is None:
             self._wakeup = asyncio.Event()
+            self._free = asyncio.Queue()
+            for slot in self.slots:
+                self._free.put_nowait(slot)
             self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
@@ -228,7 +352,8 @@ class MicroBatcher:
                 job.future.set_exception(QueueFull("the server is shutting down", 1))
         self.jobs.clear()
         self.queued_texts = 0
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        for slot in self.slots:
+            slot.close()
 
     # -------------------------------------------------------------- admission
     def estimated_wait(self, extra_texts: int = 0) -> float:
@@ -279,58 +404,67 @@ class MicroBatcher:
             job.queued = False
             self.queued_texts -= len(job.texts)
 
+    def _take(self) -> list[_Job]:
+        """The next pass: queued requests in order, up to ``max_batch`` texts (at least one request)."""
+        batch, size = [], 0
+        while self.jobs and (not batch or size + len(self.jobs[0].texts) <= self.max_batch):
+            job = self.jobs.popleft()
+            was_queued = job.queued
+            self._unqueue(job)
+            if not was_queued or job.future.done():  # timed out or abandoned while it waited
+                continue
+            batch.append(job)
+            size += len(job.texts)
+        return batch
+
     async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             while not self.jobs:
                 self._wakeup.clear()
                 await self._wakeup.wait()
-            batch, size = [], 0
-            while self.jobs and (not batch or size + len(self.jobs[0].texts) <= self.max_batch):
-                job = self.jobs.popleft()
-                was_queued = job.queued
-                self._unqueue(job)
-                if not was_queued or job.future.done():  # timed out or abandoned while it waited
-                    continue
-                batch.append(job)
-                size += len(job.texts)
+            slot = await self._free.get()  # meanwhile more requests queue up: a bigger pass
+            batch = self._take()
             if not batch:
+                self._free.put_nowait(slot)
                 continue
-            texts = [t for job in batch for t in job.texts]
-            k = max(job.k for job in batch)
-            self.running_texts = len(texts)
-            start = time.perf_counter()
-            try:
-                rows = await loop.run_in_executor(self.executor, self._run, texts, k)
-            except Exception as e:  # noqa: BLE001  (reported to every waiting request)
-                self.metrics.predict_errors += 1
-                log.exception("forward pass over %d texts failed", len(texts))
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(e)
-                continue
-            finally:
-                self.running_texts = 0
-            elapsed = time.perf_counter() - start
-            if texts:
-                per_text = elapsed / len(texts)
-                self.seconds_per_text = per_text if self.seconds_per_text is None else \
-                    0.8 * self.seconds_per_text + 0.2 * per_text
-            self.stats["requests"] += len(batch)
-            self.stats["batches"] += 1
-            self.stats["texts"] += len(texts)
-            self.metrics.texts += len(texts)
-            self.metrics.batch_texts.observe(len(texts))
-            self.metrics.batch_seconds.observe(elapsed)
-            start_row = 0
-            for job in batch:  # each request gets its rows, cut to its own k (rows are sorted)
-                part = rows[start_row:start_row + len(job.texts)]
-                start_row += len(job.texts)
-                if not job.future.done():
-                    job.future.set_result([{key: value[:job.k] for key, value in row.items()} for row in part])
+            task = asyncio.create_task(self._pass(slot, batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
 
-    def _run(self, texts: list[str], k: int) -> list[dict[str, Any]]:
-        return self.model.predict(texts, k=k) if texts else []
+    async def _pass(self, slot: Any, batch: list[_Job]) -> None:
+        texts = [t for job in batch for t in job.texts]
+        k = max(job.k for job in batch)
+        self.running_texts += len(texts)
+        start = time.perf_counter()
+        try:
+            rows = await slot.run(texts, k)
+        except Exception as e:  # noqa: BLE001  (reported to every waiting request)
+            self.metrics.predict_errors += 1
+            log.error("forward pass over %d texts failed: %s", len(texts), e, exc_info=not isinstance(e, WorkerDied))
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_exception(e)
+            return
+        finally:
+            self.running_texts -= len(texts)
+            self._free.put_nowait(slot)
+        elapsed = time.perf_counter() - start
+        if texts:  # per text of one worker: with several workers the queue drains that much faster
+            per_text = elapsed / len(texts) / len(self.slots)
+            self.seconds_per_text = per_text if self.seconds_per_text is None else \
+                0.8 * self.seconds_per_text + 0.2 * per_text
+        self.stats["requests"] += len(batch)
+        self.stats["batches"] += 1
+        self.stats["texts"] += len(texts)
+        self.metrics.texts += len(texts)
+        self.metrics.batch_texts.observe(len(texts))
+        self.metrics.batch_seconds.observe(elapsed)
+        start_row = 0
+        for job in batch:  # each request gets its rows, cut to its own k (rows are sorted)
+            part = rows[start_row:start_row + len(job.texts)]
+            start_row += len(job.texts)
+            if not job.future.done():
+                job.future.set_result([{key: value[:job.k] for key, value in row.items()} for row in part])
 
 
 # ---------------------------------------------------------------------------------------------- keys
@@ -488,9 +622,10 @@ class ServerState:
 
 
 def create_app(model: Any, limits: Limits | None = None, api_keys: Sequence[bytes] | None = None,
-               warm_up: bool = True) -> Any:
+               warm_up: bool = True, workers: int = 1) -> Any:
     """The FastAPI app serving ``model`` (an :class:`xtransformer.model.XMCModel`); ``api_keys``:
-    sha256 digests of the accepted keys (:func:`read_api_keys`), none: no keys needed."""
+    sha256 digests of the accepted keys (:func:`read_api_keys`), none: no keys needed; ``workers``:
+    forward passes at once, in worker processes forked here (1: a thread of this process)."""
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI, Query, Request
@@ -504,7 +639,7 @@ def create_app(model: Any, limits: Limits | None = None, api_keys: Sequence[byte
     metrics = Metrics()
     state = ServerState(limits, metrics, list(api_keys or []))
     batcher = MicroBatcher(model, max_batch=limits.max_batch, max_queue=limits.max_queue,
-                           request_timeout=limits.request_timeout, metrics=metrics)
+                           request_timeout=limits.request_timeout, metrics=metrics, workers=workers)
     loaded = {"ready": False}
 
     class PredictRequest(BaseModel):
@@ -576,6 +711,8 @@ def create_app(model: Any, limits: Limits | None = None, api_keys: Sequence[byte
     def is_ready() -> tuple[bool, str]:
         if not loaded["ready"]:
             return False, "model not loaded yet"
+        if not batcher.alive:
+            return False, "a model worker died"
         if state.draining:
             return False, "shutting down"
         if not batcher.has_room:
@@ -604,10 +741,12 @@ def create_app(model: Any, limits: Limits | None = None, api_keys: Sequence[byte
             return _json_error(504, str(e))
         return JSONResponse({"predictions": rows})
 
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        """Liveness: the process answers (200 while it runs, whatever the queue)."""
-        return {"status": "ok", "method": model.method, "n_labels": model.n_labels,
+    @app.get("/health", responses={503: {"model": Error, "description": "a model worker died"}})
+    async def health() -> Any:
+        """Liveness: the process answers and its model workers live (200 whatever the queue)."""
+        if not batcher.alive:
+            return _json_error(503, "a model worker died; restart the server")
+        return {"status": "ok", "method": model.method, "workers": batcher.workers, "n_labels": model.n_labels,
                 "format_version": model.manifest.get("format_version"), "batching": dict(batcher.stats),
                 "queue_texts": batcher.queued_texts, "auth": bool(state.key_hashes),
                 "limits": {"max_texts": limits.max_texts, "max_text_chars": limits.max_text_chars,
@@ -716,6 +855,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-k", type=int, default=d.max_k, help="labels per text")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="request body size (more: 413)")
     p.add_argument("--max-batch", type=int, default=d.max_batch, help="texts per forward pass")
+    p.add_argument("--workers", type=int, default=1,
+                   help="forward passes at once, each in a worker process forked after loading the model (its "
+                        "arrays shared); for models whose prediction holds the GIL, e.g. XR-Linear's TF-IDF. "
+                        "Default 1: one model thread in the server process")
     p.add_argument("--max-queue", type=int, default=d.max_queue,
                    help="texts waiting for a forward pass; a request that does not fit gets 503 + Retry-After")
     p.add_argument("--request-timeout", type=float, default=d.request_timeout,
@@ -745,6 +888,8 @@ def serve(args: argparse.Namespace, wrap_model: Any = None) -> int:
         return fail(str(e))
     if not 0 <= args.port <= 65535:
         return fail(f"--port must be 0..65535, got {args.port}")
+    if not 1 <= args.workers <= 64:
+        return fail(f"--workers must be 1..64, got {args.workers}")
     from xtransformer.model import XMCModel
 
     try:
@@ -768,7 +913,9 @@ def serve(args: argparse.Namespace, wrap_model: Any = None) -> int:
               + ("" if is_loopback(host) else f"; anyone who can reach {host}:{args.port} can use the model"),
               file=sys.stderr)
     sys.stderr.flush()
-    server = make_server(create_app(model, limits, keys), host, args.port, args.log_level)
+    if args.workers > 1:
+        print(f"xmc-serve: {args.workers} model worker processes", file=sys.stderr)
+    server = make_server(create_app(model, limits, keys, workers=args.workers), host, args.port, args.log_level)
     server.run()
     if not server.started:  # e.g. the port is taken (uvicorn logged why)
         return 1
