@@ -341,7 +341,7 @@ def measure_model(model_path: str, texts: list[str], args: argparse.Namespace, w
     del model
     n = args.texts_per_request
     batches = [texts[i:i + n] for i in range(0, len(texts) - n + 1, n)]
-    proc, base = start_server(model_path, args.request_timeout, args.max_queue, args.workers)
+    proc, base = start_server(model_path, args.request_timeout, args.max_queue, args.server_workers)
     ours = {os.getpid(), *tree_pids(proc.pid)}
     info["rss_mib"] = {"start": pid_rss_mib(proc.pid)}
     monitor = RssMonitor(proc.pid, base)
@@ -532,12 +532,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--request-timeout", type=float, default=30.0, help="the server's --request-timeout")
     p.add_argument("--max-queue", type=int, default=None, help="the server's --max-queue (default: its own)")
-    p.add_argument("--workers", type=int, default=1, help="the server's --workers")
+    p.add_argument("--workers", default="1", help="the server's --workers: one value, or one per --model (2,1)")
     p.add_argument("--api-key", default=None, help="sent as Bearer (for a server started with keys)")
     p.add_argument("--inprocess", action="store_true", help="also cold load, batch and single-text in-process")
     p.add_argument("--single", type=int, default=300, help="texts timed one by one in-process (--inprocess)")
     p.add_argument("--suffix", default="", help="appended to the result files' names")
-    p.add_argument("--note", default="", help="a sentence for the report (e.g. how the model was trained)")
+    p.add_argument("--note", action="append", default=[],
+                   help="a sentence for the report (e.g. how the model was trained): one, or one per --model")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--work", default="/tmp/xmc-bench-serving", help="scratch for the client's specs and results")
     args = p.parse_args(argv)
@@ -554,12 +555,17 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(texts)} texts of {name}", flush=True)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for model_path in args.model:
-        print(f"{model_path}:", flush=True)
+    workers = [int(w) for w in str(args.workers).split(",")]
+    if len(workers) not in (1, len(args.model)):
+        p.error("--workers: one value, or one per --model")
+    for i, model_path in enumerate(args.model):
+        args.server_workers = workers[i] if len(workers) > 1 else workers[0]
+        note = args.note[i] if len(args.note) == len(args.model) else " ".join(args.note)
+        print(f"{model_path} (--workers {args.server_workers}):", flush=True)
         result = {"when": now(), "commit": git_commit(ROOT), "host": host, "dataset": name, "n_texts": len(texts),
                   "seconds": args.seconds, "texts_per_request": args.texts_per_request, "k": args.k,
-                  "request_timeout": args.request_timeout, "max_queue": args.max_queue, "workers": args.workers,
-                  "note": args.note,
+                  "request_timeout": args.request_timeout, "max_queue": args.max_queue, "workers": args.server_workers,
+                  "note": note,
                   "command": " ".join([Path(sys.executable).name, *sys.argv]),
                   "model": measure_model(model_path, texts, args, work)}
         stem = f"serving-load-{name}-{re.sub(r'[^A-Za-z0-9_.-]+', '-', result['model']['method'])}{args.suffix}"
