@@ -222,9 +222,11 @@ class RssMonitor(threading.Thread):
         self.pid, self.base, self.marks, self.every = pid, base, marks, every
         self.at: dict[int, dict[str, float]] = {}
         self.peak = 0.0
+        self.series: list[tuple[float, int, float]] = []  # (seconds, requests, MiB) every ~2 s
         self.stop_event = threading.Event()
 
     def run(self) -> None:
+        self.t0 = time.monotonic()
         while not self.stop_event.wait(self.every):
             try:
                 n = scrape(self.base)["predict_requests"]
@@ -232,6 +234,9 @@ class RssMonitor(threading.Thread):
                 continue
             rss = pid_rss_mib(self.pid)
             self.peak = max(self.peak, rss)
+            now_s = time.monotonic()
+            if not self.series or now_s - self.t0 - self.series[-1][0] >= 2:
+                self.series.append((round(now_s - self.t0, 1), int(n), rss))
             for mark in self.marks:
                 if n >= mark and mark not in self.at:
                     self.at[mark] = {"rss_mib": rss, "requests": n}
@@ -377,6 +382,7 @@ def measure_model(model_path: str, texts: list[str], args: argparse.Namespace, w
                 "texts_per_forward_pass": round((after.get("xmc_batch_texts_sum", 0) - before.get("xmc_batch_texts_sum", 0))
                                                 / max(passes, 1), 2),
                 "other_processes_cores": round(max(others, 0.0) / max(t1 - t0, 1e-9), 2),
+                "rss_mib_at_end": pid_rss_mib(proc.pid),
                 "load_before": load,
             }
             levels[str(c)] = level
@@ -389,6 +395,7 @@ def measure_model(model_path: str, texts: list[str], args: argparse.Namespace, w
         monitor.join(timeout=5)
         info["rss_mib"]["end"] = pid_rss_mib(proc.pid)
         info["rss_mib"]["peak_polled"] = monitor.peak
+        info["rss_series"] = monitor.series
         for mark, at in monitor.at.items():
             info["rss_mib"][f"after_{mark}"] = at["rss_mib"]
         proc.send_signal(signal.SIGTERM)
@@ -491,13 +498,13 @@ def render(r: dict[str, Any]) -> str:
          "; during the levels, see 'others busy'). Wall-clock figures measure the queue for the CPU as much "
          "as the server; the CPU-per-request figures the server."), "",
         "| concurrency | requests | req/s | texts/s | p50 ms | p95 ms | p99 ms | max ms | statuses | > timeout | "
-        "server CPU ms/req | texts/pass | load avg before | others busy (cores) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---:|"]
+        "server CPU ms/req | texts/pass | RSS MiB at end | load avg before | others busy (cores) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|"]
     for c, s in m["levels"].items():
         st = ", ".join(f"{k}: {v}" for k, v in sorted(s["statuses"].items()))
         lines.append(f"| {c} | {s['requests']:,} | {s['requests_per_s']:,} | {s['texts_per_s']:,} | {s['p50_ms']} | "
                      f"{s['p95_ms']} | {s['p99_ms']} | {s['max_ms']} | {st} | {s['over_request_timeout']} | "
-                     f"{s['server_cpu_ms_per_request']} | {s['texts_per_forward_pass']} | "
+                     f"{s['server_cpu_ms_per_request']} | {s['texts_per_forward_pass']} | {s.get('rss_mib_at_end')} | "
                      f"{' '.join(s['load_before']['loadavg'])} | {s['other_processes_cores']} |")
     rss = m["rss_mib"]
     what = "RSS" if r["workers"] == 1 else "PSS of server + workers"

@@ -318,6 +318,10 @@ class MicroBatcher:
         if workers <= 1:
             self.slots: list[Any] = [_ThreadSlot(model)]
         else:  # forked now, before the server starts any thread
+            import gc
+
+            gc.collect()
+            gc.freeze()  # the model's objects: never scanned by the workers' collector, so their pages stay shared
             threads = max(1, (os.cpu_count() or 1) // workers)
             settings = getattr(model, "predict_settings", {}) or {}
             overrides = {"threads": threads} if "threads" in settings else {}
