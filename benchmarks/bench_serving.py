@@ -191,14 +191,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: str, request_timeout: float, max_queue: int | None, workers: int) -> tuple[subprocess.Popen, str]:
+def start_server(model: str, request_timeout: float, max_queue: int | None, workers: int,
+                 extra: list[str] = ()) -> tuple[subprocess.Popen, str]:
     import httpx
 
     port = free_port()
     cmd = [sys.executable, "-m", "xtransformer", "serve", "--model", model, "--host", HOST, "--port", str(port),
            "--request-timeout", str(request_timeout)]
     cmd += ["--max-queue", str(max_queue)] if max_queue else []
-    cmd += ["--workers", str(workers)]
+    cmd += ["--workers", str(workers), *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base = f"http://{HOST}:{port}"
     for _ in range(1200):  # bounded: up to ~4 minutes (a transformer folder's sha256 + warm-up)
@@ -358,7 +359,7 @@ def measure_model(model_path: str, texts: list[str], args: argparse.Namespace, w
     del model
     n = args.texts_per_request
     batches = [texts[i:i + n] for i in range(0, len(texts) - n + 1, n)]
-    proc, base = start_server(model_path, args.request_timeout, args.max_queue, args.server_workers)
+    proc, base = start_server(model_path, args.request_timeout, args.max_queue, args.server_workers, args.server_arg)
     ours = {os.getpid(), *tree_pids(proc.pid)}
     info["rss_mib"] = {"start": pid_rss_mib(proc.pid)}
     monitor = RssMonitor(proc.pid, base)
@@ -388,6 +389,7 @@ def measure_model(model_path: str, texts: list[str], args: argparse.Namespace, w
                 "texts_per_s": round(len(ok) * n / out["wall_s"], 1),
                 "p50_ms": percentile_ms(ok, 50), "p95_ms": percentile_ms(ok, 95), "p99_ms": percentile_ms(ok, 99),
                 "max_ms": round(float(everything.max()) * 1000, 1) if n_req else None,
+                "refused_p50_ms": percentile_ms(-lat[lat < 0], 50), "refused_p99_ms": percentile_ms(-lat[lat < 0], 99),
                 "over_request_timeout": int((everything > args.request_timeout).sum()),
                 "server_cpu_ms_per_request": round(1000 * server_cpu / max(n_req, 1), 3),
                 "client_cpu_ms_per_request": round(1000 * out["client_cpu_s"] / max(n_req, 1), 3),
@@ -531,19 +533,21 @@ def render(r: dict[str, Any]) -> str:
         f"Model folder {m['model']} ({m['model_mib']} MiB). {r['note']}".rstrip(), "",
         f"{r['seconds']:g} s per level, {r['texts_per_request']} text(s) per request (eval split, cycled), k = {r['k']}, "
         f"`--request-timeout {r['request_timeout']:g}`, `--max-queue {r['max_queue'] or 'default'}`, "
-        f"`--workers {r['workers']}`; client and server "
+        f"`--workers {r['workers']}`{''.join(' `' + a + '`' for a in r.get('server_args', []))}; client and server "
         "on the same 2 cores, loopback only.", "",
         ("**Machine quiet**: no other process used 0.2 cores or more before or during any level." if quiet else
          "**Preliminary: other processes were running** (before a level: " + ("; ".join(heavy) or "none") +
          "; during the levels, see 'others busy'). Wall-clock figures measure the queue for the CPU as much "
          "as the server; the CPU-per-request figures the server."), "",
         "| concurrency | requests | req/s | texts/s | p50 ms | p95 ms | p99 ms | max ms | statuses | > timeout | "
-        "server CPU ms/req | texts/pass | RSS MiB at end | load avg before | others busy (cores) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|"]
+        "non-200 p50 / p99 ms | server CPU ms/req | texts/pass | RSS MiB at end | load avg before | others busy (cores) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---|---:|"]
     for c, s in m["levels"].items():
         st = ", ".join(f"{k}: {v}" for k, v in sorted(s["statuses"].items()))
+        refused = "–" if s.get("refused_p50_ms") is None else f"{s['refused_p50_ms']} / {s['refused_p99_ms']}"
         lines.append(f"| {c} | {s['requests']:,} | {s['requests_per_s']:,} | {s['texts_per_s']:,} | {s['p50_ms']} | "
                      f"{s['p95_ms']} | {s['p99_ms']} | {s['max_ms']} | {st} | {s['over_request_timeout']} | "
+                     f"{refused} | "
                      f"{s['server_cpu_ms_per_request']} | {s['texts_per_forward_pass']} | {s.get('rss_mib_at_end')} | "
                      f"{' '.join(s['load_before']['loadavg'])} | {s['other_processes_cores']} |")
     rss = m["rss_mib"]
@@ -586,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--request-timeout", type=float, default=30.0, help="the server's --request-timeout")
     p.add_argument("--max-queue", type=int, default=None, help="the server's --max-queue (default: its own)")
+    p.add_argument("--server-arg", action="append", default=[], help="passed to xmc-serve as is (repeatable)")
     p.add_argument("--workers", default="1", help="the server's --workers: one value, or one per --model (2,1)")
     p.add_argument("--api-key", default=None, help="sent as Bearer (for a server started with keys)")
     p.add_argument("--inprocess", action="store_true", help="also cold load, batch and single-text in-process")
@@ -634,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {"when": now(), "commit": git_commit(ROOT), "host": host, "dataset": name, "n_texts": len(texts),
                   "seconds": args.seconds, "texts_per_request": args.texts_per_request, "k": args.k,
                   "request_timeout": args.request_timeout, "max_queue": args.max_queue, "workers": args.server_workers,
+                  "server_args": args.server_arg,
                   "note": note,
                   "command": " ".join([Path(sys.executable).name, *sys.argv]),
                   "model": measure_model(model_path, texts, args, work)}
