@@ -349,7 +349,9 @@ def measure_model(model_path: str, texts: list[str], args: argparse.Namespace, w
     from xtransformer.model import XMCModel
 
     model = XMCModel.load(model_path, verify=False)
-    kind = model.manifest["components"]["kind"]
+    from xtransformer.model.folder import read_manifest
+
+    kind = read_manifest(model.folder, verify=False)["components"]["kind"]
     folder = Path(model.folder)
     info = {"model": str(folder), "method": model.method, "kind": kind, "n_labels": model.n_labels,
             "model_mib": round(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20, 1),
@@ -585,7 +587,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", default=str(ROOT / "cache"))
     p.add_argument("--concurrency", default="1,8,32,128")
     p.add_argument("--seconds", type=float, default=60.0, help="per concurrency level")
-    p.add_argument("--max-requests", type=int, default=500_000, help="per level, a bound besides the time")
+    p.add_argument("--max-requests", "--requests", type=int, default=500_000,
+                   help="per level, a bound besides the time (--requests: its older name)")
     p.add_argument("--texts-per-request", type=int, default=1)
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--request-timeout", type=float, default=30.0, help="the server's --request-timeout")

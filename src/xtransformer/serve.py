@@ -686,7 +686,8 @@ def create_app(model: Any, limits: Limits | None = None, api_keys: Sequence[byte
         loaded["ready"] = False
         await batcher.stop()
 
-    app = FastAPI(title="xtransformer model server", version=str(model.manifest.get("library_version")),
+    manifest = getattr(model, "manifest", None) or {}  # not part of the model's promised surface: optional
+    app = FastAPI(title="xtransformer model server", version=str(manifest.get("library_version", "unknown")),
                   description=f"{model.method} model, {model.n_labels} labels", lifespan=lifespan)
     app.state.batcher = batcher
     app.state.server = state
@@ -751,7 +752,7 @@ def create_app(model: Any, limits: Limits | None = None, api_keys: Sequence[byte
         if not batcher.alive:
             return _json_error(503, "a model worker died; restart the server")
         return {"status": "ok", "method": model.method, "workers": batcher.workers, "n_labels": model.n_labels,
-                "format_version": model.manifest.get("format_version"), "batching": dict(batcher.stats),
+                "format_version": manifest.get("format_version"), "batching": dict(batcher.stats),
                 "queue_texts": batcher.queued_texts, "auth": bool(state.key_hashes),
                 "limits": {"max_texts": limits.max_texts, "max_text_chars": limits.max_text_chars,
                            "max_k": limits.max_k, "max_queue": limits.max_queue,
