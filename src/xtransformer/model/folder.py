@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-from xtransformer.utils.io import COMPLETE_MARKER, save_json
+from xtransformer.utils.io import CHECKSUMS, COMPLETE_MARKER, save_json
 
 FORMAT = "xtransformer-model"
 # Bump when a reader of the previous version could misread a new folder; readers refuse newer ones.
@@ -68,32 +68,125 @@ def write_manifest(folder: Path, method: str, components: dict[str, Any]) -> dic
 
 
 def read_manifest(folder: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
-    """The manifest of ``folder``, after checking format, version and (``verify``) every checksum."""
-    folder = Path(folder)
+    """The manifest of ``folder``, after checking everything that can be checked before any weights
+    are read: format and version, that no listed file (or any symlink in the folder) leads outside
+    it, that every member of a combination is there and passes the same checks, and (``verify``)
+    every checksum, with no file in the folder left unlisted. Each refusal is one line naming the
+    file at fault (:class:`ModelError`)."""
+    return _read_manifest(Path(folder), verify, ())
+
+
+def _read_manifest(folder: Path, verify: bool, parents: tuple[Path, ...]) -> dict[str, Any]:
     if not folder.is_dir():
         raise ModelError(f"{folder}: no such model folder")
     path = folder / MANIFEST
     if not path.is_file():
         raise ModelError(f"{folder}: not a model folder (no {MANIFEST})")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        manifest = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise ModelError(f"{path}: corrupt manifest ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ModelError(f"{path}: not an {FORMAT} manifest")
     version = manifest.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ModelError(f"{path}: corrupt manifest (format_version {version!r} is not a version number)")
+    if version > FORMAT_VERSION:
         raise ModelError(f"{path}: model format version {version} is newer than this xtransformer reads "
                          f"({FORMAT_VERSION}); upgrade xtransformer (model written by "
                          f"{manifest.get('library_version')})")
+    files = manifest.get("files", {})
+    components = manifest.get("components")
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise ModelError(f"{path}: corrupt manifest (files must map relative paths to sha256 digests)")
+    if not isinstance(components, dict) or not isinstance(components.get("kind"), str):
+        raise ModelError(f"{path}: corrupt manifest (components must name the model kind)")
+    root = folder.resolve()
+    for rel in files:
+        _check_inside(folder, root, rel, path)
+    _check_symlinks(folder, root)
+    if components["kind"] == "ensemble":
+        _check_members(folder, root, components.get("members"), path, verify, (*parents, root))
     if verify:
-        for rel, digest in manifest.get("files", {}).items():
-            file = folder / rel
-            if not file.is_file():
-                raise ModelError(f"{file}: missing (listed in {MANIFEST})")
-            if sha256_file(file) != digest:
-                raise ModelError(f"{file}: checksum mismatch (sha256 differs from {MANIFEST}); the model folder is corrupt")
+        _verify_files(folder, root, files, raw)
     return manifest
+
+
+def _check_inside(folder: Path, root: Path, rel: str, manifest: Path) -> None:
+    """A listed path must name a file inside the folder: relative, no '..', no symlink out of it."""
+    pure = PurePosixPath(rel)
+    if not rel or pure.is_absolute() or PureWindowsPath(rel).is_absolute() or PureWindowsPath(rel).drive:
+        raise ModelError(f"{manifest}: lists {rel!r}, an absolute path; a model folder lists only its own files")
+    if ".." in pure.parts or ".." in PureWindowsPath(rel).parts:
+        raise ModelError(f"{manifest}: lists {rel!r}, which leaves the model folder ('..'); refusing it")
+    target = (folder / rel).resolve()
+    if not target.is_relative_to(root):
+        raise ModelError(f"{folder / rel}: a symlink leading outside the model folder (to {target}); refusing it")
+
+
+def _check_symlinks(folder: Path, root: Path) -> None:
+    """No symlink anywhere in the folder (listed or not, file or directory) may lead outside it."""
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in (*dirnames, *filenames):
+            p = Path(dirpath) / name
+            if p.is_symlink():
+                target = p.resolve()
+                if not target.is_relative_to(root):
+                    raise ModelError(f"{p}: a symlink leading outside the model folder (to {target}); refusing it")
+
+
+def _check_members(folder: Path, root: Path, members: Any, manifest: Path, verify: bool,
+                   parents: tuple[Path, ...]) -> None:
+    """Every member of a combination: a sibling folder (``../<method>``) that exists and passes the
+    same checks, before any member's weights are read."""
+    if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
+        raise ModelError(f"{manifest}: corrupt manifest (a combination lists its members as relative paths)")
+    siblings = root.parent
+    for rel in members:
+        if not rel or PurePosixPath(rel).is_absolute() or PureWindowsPath(rel).drive:
+            raise ModelError(f"{manifest}: member {rel!r} is an absolute path; members are sibling folders (../name)")
+        member = (folder / rel).resolve()
+        if member == root or not member.is_relative_to(siblings) or member == siblings:
+            raise ModelError(f"{manifest}: member {rel!r} is not a sibling model folder (it resolves to {member})")
+        if member in parents:
+            raise ModelError(f"{manifest}: member {rel!r} refers back to {member} (a cycle)")
+        if not member.is_dir():
+            raise ModelError(f"{manifest}: member {rel!r} of the combination is missing ({member}: no such folder)")
+        if not (member / MANIFEST).is_file():
+            raise ModelError(f"{manifest}: member {rel!r} of the combination is not a model folder "
+                             f"({member}: no {MANIFEST})")
+        _read_manifest(member, verify, parents)
+
+
+# folder -> (manifest sha256, (path, size, mtime, inode) of every file) of the last folder whose checksums
+# passed: a combination checks its members before loading them, and loading a member checks it again
+_VERIFIED: dict[Path, tuple[str, tuple[tuple[str, int, int, int], ...]]] = {}
+
+
+def _verify_files(folder: Path, root: Path, files: dict[str, str], manifest_bytes: bytes) -> None:
+    # the folder's own checksum record and completion marker are written after the manifest
+    unlisted = sorted(set(_listed_files(folder)) - set(files) - {CHECKSUMS})
+    if unlisted:
+        raise ModelError(f"{folder / unlisted[0]}: not listed in {MANIFEST} (a file added after the folder was "
+                         f"written{f', and {len(unlisted) - 1} more' if len(unlisted) > 1 else ''}); refusing it")
+    stats = []
+    for rel in sorted(files):
+        file = folder / rel
+        if not file.is_file():
+            raise ModelError(f"{file}: missing (listed in {MANIFEST})")
+        st = file.stat()
+        stats.append((rel, st.st_size, st.st_mtime_ns, st.st_ino))
+    signature = (hashlib.sha256(manifest_bytes).hexdigest(), tuple(stats))
+    if _VERIFIED.get(root) == signature:
+        return
+    for rel, digest in files.items():
+        file = folder / rel
+        if sha256_file(file) != digest:
+            raise ModelError(f"{file}: checksum mismatch (sha256 differs from {MANIFEST}); the model folder is corrupt")
+    if len(_VERIFIED) >= 64:
+        _VERIFIED.clear()
+    _VERIFIED[root] = signature
 
 
 def scrub(obj: Any) -> Any:
