@@ -5,7 +5,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test
+.PHONY: install run test lint format
 
 # torch first and pinned: any torch-dependent package resolved before it pulls several GB of CUDA.
 install:
@@ -19,3 +19,12 @@ run: install
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# ruff (configured in pyproject.toml): CI fails on any finding; `make format` applies the fixes
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format:
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .

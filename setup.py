@@ -24,15 +24,23 @@ class BuildPyWithConfigs(build_py):
         super().run()
         src = ROOT / "configs"
         if src.is_dir():  # an sdist carries configs/ too (MANIFEST.in)
-            shutil.copytree(src, Path(self.build_lib) / "xtransformer" / "configs", dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                src,
+                Path(self.build_lib) / "xtransformer" / "configs",
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns("__pycache__"),
+            )
 
 
 # (module, source): one extension per compiled module, C++ for std::sort; -g stripped (10x smaller)
-KERNELS = [("xtransformer.ranker.kernels", "src/xtransformer/ranker/kernels.pyx"),
-           ("xtransformer.indexing.kmeans_level", "src/xtransformer/indexing/kmeans_level.pyx"),
-           ("xtransformer.indexing.sparse_sums", "src/xtransformer/indexing/sparse_sums.pyx")]
-extensions = [Extension(name, [source], language="c++", extra_compile_args=["-O3", "-g0"], extra_link_args=["-s"])
-              for name, source in KERNELS]
+KERNELS = [
+    ("xtransformer.ranker.kernels", "src/xtransformer/ranker/kernels.pyx"),
+    ("xtransformer.indexing.kmeans_level", "src/xtransformer/indexing/kmeans_level.pyx"),
+    ("xtransformer.indexing.sparse_sums", "src/xtransformer/indexing/sparse_sums.pyx"),
+]
+extensions = [
+    Extension(name, [source], language="c++", extra_compile_args=["-O3", "-g0"], extra_link_args=["-s"])
+    for name, source in KERNELS
+]
 
 setup(cmdclass={"build_py": BuildPyWithConfigs}, ext_modules=cythonize(extensions, language_level=3, quiet=True))

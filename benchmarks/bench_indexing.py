@@ -102,8 +102,13 @@ def build_pifa(dataset: str) -> tuple[Path, sp.csr_matrix, dict]:
         path.parent.mkdir(parents=True, exist_ok=True)
         sp.save_npz(path, P, compressed=False)
     P = sp.load_npz(path).tocsr()
-    info = {"dataset": ds.name, "labels": int(P.shape[0]), "features": int(P.shape[1]), "nnz": int(P.nnz),
-            "zero_rows": int((np.diff(P.indptr) == 0).sum())}
+    info = {
+        "dataset": ds.name,
+        "labels": int(P.shape[0]),
+        "features": int(P.shape[1]),
+        "nnz": int(P.nnz),
+        "zero_rows": int((np.diff(P.indptr) == 0).sum()),
+    }
     return path, Y, info
 
 
@@ -150,8 +155,15 @@ def bench_dataset(args: argparse.Namespace) -> dict:
             "cooccurrence_purity": round(cooccurrence_purity(Y, c), 4),
             "cooccurrence_purity_random": round(cooccurrence_purity(Y, rand), 4),
         }
-    return {"mode": "dataset", "info": info, "threads": args.threads, "seconds": rows, "cpu_seconds": cpu,
-            "meta": meta, "quality": quality}
+    return {
+        "mode": "dataset",
+        "info": info,
+        "threads": args.threads,
+        "seconds": rows,
+        "cpu_seconds": cpu,
+        "meta": meta,
+        "quality": quality,
+    }
 
 
 def bench_synthetic(args: argparse.Namespace) -> dict:
@@ -176,41 +188,72 @@ def bench_synthetic(args: argparse.Namespace) -> dict:
     for r in range(args.repeats):
         for system in systems:
             if system == "ours":
-                code = OURS_CHILD.format(bench=str(BENCH_DIR), npz=str(path), k=k, leaf=None, threads=args.threads,
-                                         seed=args.seed, codes=str(WORK / "ours_codes.npy"))
+                code = OURS_CHILD.format(
+                    bench=str(BENCH_DIR),
+                    npz=str(path),
+                    k=k,
+                    leaf=None,
+                    threads=args.threads,
+                    seed=args.seed,
+                    codes=str(WORK / "ours_codes.npy"),
+                )
                 out = run_child(sys.executable, code, args.threads, args.timeout)
             else:
                 leaf = int(np.ceil(n_labels / k))  # PECOS picks K through max_leaf_size
-                code = PECOS_CHILD.format(bench=str(BENCH_DIR), npz=str(path), threads=args.threads, seed=args.seed,
-                                          codes=str(WORK / "pecos_codes.npy"))
-                code = code.replace('indexer_type="hierarchicalkmeans",',
-                                    f'indexer_type="hierarchicalkmeans", max_leaf_size={leaf},')
+                code = PECOS_CHILD.format(
+                    bench=str(BENCH_DIR),
+                    npz=str(path),
+                    threads=args.threads,
+                    seed=args.seed,
+                    codes=str(WORK / "pecos_codes.npy"),
+                )
+                code = code.replace(
+                    'indexer_type="hierarchicalkmeans",', f'indexer_type="hierarchicalkmeans", max_leaf_size={leaf},'
+                )
                 out = run_child(PECOS_PY, code, args.threads, args.timeout)
             results[system].append(out)
-            print(f"repeat {r}: {system} {out['seconds']:.1f}s wall, {out['cpu_seconds']:.1f}s CPU, "
-                  f"peak RSS {out['peak_rss_mb']:.0f} MiB, levels {out['level_sizes'][:-1]}", flush=True)
+            print(
+                f"repeat {r}: {system} {out['seconds']:.1f}s wall, {out['cpu_seconds']:.1f}s CPU, "
+                f"peak RSS {out['peak_rss_mb']:.0f} MiB, levels {out['level_sizes'][:-1]}",
+                flush=True,
+            )
     return {"mode": "synthetic", "info": info, "threads": args.threads, "runs": results}
 
 
 def print_table(res: dict) -> None:
     if res["mode"] == "dataset":
         secs, cpu = res["seconds"], res["cpu_seconds"]
-        print(f"\n{res['info']['dataset']}: PIFA {res['info']['labels']} x {res['info']['features']}, nnz {res['info']['nnz']}, threads {res['threads']}")
-        print("| system | median wall s | min-max wall s | median CPU s | repeats | wall x vs pecos (median of per-repeat ratios) |")
+        print(
+            f"\n{res['info']['dataset']}: PIFA {res['info']['labels']} x {res['info']['features']}, "
+            f"nnz {res['info']['nnz']}, threads {res['threads']}"
+        )
+        print(
+            "| system | median wall s | min-max wall s | median CPU s | repeats "
+            "| wall x vs pecos (median of per-repeat ratios) |"
+        )
         print("|---|---|---|---|---|---|")
         for name, s in secs.items():
             ratio = ""
             if name == "ours" and secs.get("pecos"):
                 ratio = f"{statistics.median(a / b for a, b in zip(s, secs['pecos'])):.2f}"
-            print(f"| {name} | {statistics.median(s):.2f} | {min(s):.2f}-{max(s):.2f} | {statistics.median(cpu[name]):.2f} | {len(s)} | {ratio} |")
+            print(
+                f"| {name} | {statistics.median(s):.2f} | {min(s):.2f}-{max(s):.2f} | "
+                f"{statistics.median(cpu[name]):.2f} | {len(s)} | {ratio} |"
+            )
         print("\n| system | K | leaf sizes | centroid cosine (random) | co-occurrence purity (random) |")
         print("|---|---|---|---|---|")
         for name, q in res["quality"].items():
-            print(f"| {name} | {q['clusters']} | {q['size_min_max'][0]}-{q['size_min_max'][1]} | "
-                  f"{q['centroid_cosine']} ({q['centroid_cosine_random']}) | {q['cooccurrence_purity']} ({q['cooccurrence_purity_random']}) |")
+            print(
+                f"| {name} | {q['clusters']} | {q['size_min_max'][0]}-{q['size_min_max'][1]} | "
+                f"{q['centroid_cosine']} ({q['centroid_cosine_random']}) | "
+                f"{q['cooccurrence_purity']} ({q['cooccurrence_purity_random']}) |"
+            )
     else:
         info = res["info"]
-        print(f"\nsynthetic PIFA {info['labels']} x {info['features']}, nnz {info['nnz']}, K {info['clusters']}, threads {res['threads']}")
+        print(
+            f"\nsynthetic PIFA {info['labels']} x {info['features']}, nnz {info['nnz']}, K {info['clusters']}, "
+            f"threads {res['threads']}"
+        )
         print("| system | wall s (each run) | CPU s (each run) | peak RSS MiB (each run) | level sizes |")
         print("|---|---|---|---|---|")
         for name, runs in res["runs"].items():
@@ -225,7 +268,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="eurlex57k")
     ap.add_argument("--synthetic", default=None, help="LABELSxFEATURES, e.g. 500000x100000 (instead of --dataset)")
-    ap.add_argument("--nnz-per-row", type=int, default=40, help="synthetic draws per row (duplicates merge: ~35 nonzeros)")
+    ap.add_argument(
+        "--nnz-per-row", type=int, default=40, help="synthetic draws per row (duplicates merge: ~35 nonzeros)"
+    )
     ap.add_argument("--groups", type=int, default=1024, help="synthetic planted label groups (feature blocks)")
     ap.add_argument("--n-clusters", type=int, default=None, help="synthetic K (default: the paper's rule)")
     ap.add_argument("--pecos-synthetic", action="store_true", help="also run PECOS on the synthetic PIFA")

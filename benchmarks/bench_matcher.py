@@ -36,9 +36,9 @@ from typing import Any
 for _k, _v in {"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}.items():
     os.environ.setdefault(_k, _v)
 
-import numpy as np  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import scipy.sparse as sp
+import torch
 
 BENCH_DIR = Path(__file__).resolve().parent
 WORK = BENCH_DIR / "work" / "matcher"
@@ -47,7 +47,9 @@ WORK = BENCH_DIR / "work" / "matcher"
 # --------------------------------------------------------------------------- data
 
 
-def reuters_problem(n_clusters: int, seed: int = 0) -> tuple[dict[str, list[str]], dict[str, sp.csr_matrix], sp.csr_matrix]:
+def reuters_problem(
+    n_clusters: int, seed: int = 0
+) -> tuple[dict[str, list[str]], dict[str, sp.csr_matrix], sp.csr_matrix]:
     """Reuters-21578 texts / labels and a PIFA-TF-IDF balanced k-means label clustering (L x K)."""
     from xtransformer.data import load_dataset, tfidf_features
     from xtransformer.indexing import hierarchical_kmeans, label_representation
@@ -64,9 +66,18 @@ def reuters_problem(n_clusters: int, seed: int = 0) -> tuple[dict[str, list[str]
 def matcher_config(args: argparse.Namespace, **overrides: Any) -> Any:
     from xtransformer.matcher import MatcherConfig
 
-    values = dict(model_name_or_path=args.model, max_length=args.max_length, batch_size=args.batch_size,
-                  lr=args.lr, head_lr=args.head_lr, max_steps=args.steps, warmup_ratio=0.1,
-                  topb=max(args.b), progress=False, seed=args.seed)
+    values = {
+        "model_name_or_path": args.model,
+        "max_length": args.max_length,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "head_lr": args.head_lr,
+        "max_steps": args.steps,
+        "warmup_ratio": 0.1,
+        "topb": max(args.b),
+        "progress": False,
+        "seed": args.seed,
+    }
     values.update(overrides)
     return MatcherConfig(**values)
 
@@ -85,8 +96,9 @@ def build(args: argparse.Namespace, cfg: Any, texts: dict, Y: dict, C: sp.csr_ma
     dm.prepare_data()
     dm.setup("fit")
     pl.seed_everything(cfg.seed, verbose=False)
-    module = MatcherModule(str(base), C.shape[1], TrainOptions.of(cfg),
-                           with_token_types=dm.tokens["train"].type_ids is not None)
+    module = MatcherModule(
+        str(base), C.shape[1], TrainOptions.of(cfg), with_token_types=dm.tokens["train"].type_ids is not None
+    )
     return module, dm
 
 
@@ -129,8 +141,9 @@ def bare_loop(module: Any, loader: Any, steps: int, precision: str, grad_clip: f
     return stamps
 
 
-def lightning_loop(module: Any, dm: Any, steps: int, precision: str, grad_clip: float | None,
-                   log_dir: Path) -> list[float]:
+def lightning_loop(
+    module: Any, dm: Any, steps: int, precision: str, grad_clip: float | None, log_dir: Path
+) -> list[float]:
     import lightning.pytorch as pl
     from lightning.pytorch.loggers import CSVLogger
 
@@ -142,11 +155,22 @@ def lightning_loop(module: Any, dm: Any, steps: int, precision: str, grad_clip: 
             self.stamps.append(time.perf_counter())
 
     stamps = Stamps()
-    trainer = pl.Trainer(accelerator="cpu", devices=1, precision=precision, max_steps=steps, gradient_clip_val=grad_clip,
-                         logger=CSVLogger(str(log_dir), name="bench"), log_every_n_steps=10,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, limit_val_batches=0, use_distributed_sampler=False,
-                         callbacks=[stamps])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        precision=precision,
+        max_steps=steps,
+        gradient_clip_val=grad_clip,
+        logger=CSVLogger(str(log_dir), name="bench"),
+        log_every_n_steps=10,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        use_distributed_sampler=False,
+        callbacks=[stamps],
+    )
     trainer.fit(module, datamodule=dm)
     return stamps.stamps
 
@@ -169,9 +193,12 @@ def cmd_loop(args: argparse.Namespace) -> dict[str, Any]:
         result["ratio"] = result["lightning"] / result["bare"]
         runs.append(result)
     ratios = [r["ratio"] for r in runs]
-    return {"runs": runs, "median_ratio": statistics.median(ratios),
-            "median_bare_steps_per_s": statistics.median(r["bare"] for r in runs),
-            "median_lightning_steps_per_s": statistics.median(r["lightning"] for r in runs)}
+    return {
+        "runs": runs,
+        "median_ratio": statistics.median(ratios),
+        "median_bare_steps_per_s": statistics.median(r["bare"] for r in runs),
+        "median_lightning_steps_per_s": statistics.median(r["lightning"] for r in runs),
+    }
 
 
 # --------------------------------------------------------------------------- speed and recall
@@ -190,7 +217,7 @@ def cmd_speed(args: argparse.Namespace) -> dict[str, Any]:
     cfg = matcher_config(args)
     out: dict[str, dict[str, list[float]]] = {}
     for rep in range(args.repeats):
-        for precision in (args.precisions if rep % 2 == 0 else args.precisions[::-1]):
+        for precision in args.precisions if rep % 2 == 0 else args.precisions[::-1]:
             module, dm = build(args, cfg, texts, Y, C)
             stamps = bare_loop(module, dm.train_dataloader(), args.steps, precision, cfg.grad_clip)
             test = dm.tokens["test"]
@@ -198,8 +225,11 @@ def cmd_speed(args: argparse.Namespace) -> dict[str, Any]:
             entry = out.setdefault(precision, {"train_steps_per_s": [], "encode_docs_per_s": []})
             entry["train_steps_per_s"].append(steps_per_second(stamps, args.warmup))
             entry["encode_docs_per_s"].append(encode_speed(module, sub, precision, args.eval_batch_size))
-            print(f"repeat {rep} {precision}: {entry['train_steps_per_s'][-1]:.3f} steps/s, "
-                  f"{entry['encode_docs_per_s'][-1]:.1f} docs/s", flush=True)
+            print(
+                f"repeat {rep} {precision}: {entry['train_steps_per_s'][-1]:.3f} steps/s, "
+                f"{entry['encode_docs_per_s'][-1]:.1f} docs/s",
+                flush=True,
+            )
     return {p: {k: statistics.median(v) for k, v in d.items()} | {"runs": d} for p, d in out.items()}
 
 
@@ -208,7 +238,7 @@ def _subset(tokens: Any, rows: np.ndarray) -> Any:
 
     lengths = tokens.lengths[rows]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    ids = np.concatenate([tokens.ids[tokens.offsets[r]:tokens.offsets[r + 1]] for r in rows])
+    ids = np.concatenate([tokens.ids[tokens.offsets[r] : tokens.offsets[r + 1]] for r in rows])
     return TokenizedTexts(ids=ids, offsets=offsets, pad_id=tokens.pad_id, left_pad=tokens.left_pad)
 
 
@@ -257,27 +287,47 @@ def cmd_reuters(args: argparse.Namespace) -> dict[str, Any]:
 
     stamps = Stamps()
     out_dir = WORK / f"reuters-{args.model.replace('/', '_').replace(':', '_')}-{args.precision}-{args.steps}"
-    ctx = TrainContext(cache=StageCache(out_dir), trainer=TrainerConfig(precision=args.precision),
-                       lightning={"enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
-                                  "log_every_n_steps": 10}, callbacks=[stamps])
+    ctx = TrainContext(
+        cache=StageCache(out_dir),
+        trainer=TrainerConfig(precision=args.precision),
+        lightning={
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "num_sanity_val_steps": 0,
+            "log_every_n_steps": 10,
+        },
+        callbacks=[stamps],
+    )
     ids = [str(j) for j in range(C.shape[0])]
     start = time.perf_counter()
-    folder = fine_tune_matcher(ctx, "reuters", LabeledData.build(texts["train"], Y["train"], ids), C, cfg,
-                               LabeledData.build(texts["dev"], Y["dev"], ids))
+    folder = fine_tune_matcher(
+        ctx,
+        "reuters",
+        LabeledData.build(texts["train"], Y["train"], ids),
+        C,
+        cfg,
+        LabeledData.build(texts["dev"], Y["dev"], ids),
+    )
     train_seconds = time.perf_counter() - start
     matcher = LoadedMatcher.load(folder)
     start = time.perf_counter()
     trained = matcher.encode(texts["test"], options)
-    metrics = {"train_seconds": train_seconds, "global_step": matcher.meta["global_step"],
-               "inference_docs_per_s": len(texts["test"]) / (time.perf_counter() - start)}
+    metrics = {
+        "train_seconds": train_seconds,
+        "global_step": matcher.meta["global_step"],
+        "inference_docs_per_s": len(texts["test"]) / (time.perf_counter() - start),
+    }
     return {
-        "n_clusters": C.shape[1], "n_labels": C.shape[0],
+        "n_clusters": C.shape[1],
+        "n_labels": C.shape[0],
         "true_clusters_per_test_doc": round(float(np.diff(targets.indptr).mean()), 3),
         "untrained": recall_at(before.topb, targets, args.b),
         "trained": recall_at(trained.topb, targets, args.b),
-        "train_steps_per_s": steps_per_second(stamps.stamps, args.warmup) if len(stamps.stamps) > args.warmup + 1
+        "train_steps_per_s": steps_per_second(stamps.stamps, args.warmup)
+        if len(stamps.stamps) > args.warmup + 1
         else None,
-        "train_seconds": metrics.get("train_seconds"), "global_step": metrics.get("global_step"),
+        "train_seconds": metrics.get("train_seconds"),
+        "global_step": metrics.get("global_step"),
         "inference_docs_per_s": metrics.get("inference_docs_per_s"),
         "untrained_test_docs_per_s": untrained_docs_per_s,
         "out_dir": str(out_dir),
@@ -291,7 +341,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("loop", "speed", "reuters"))
     parser.add_argument("--model", default="minilm")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: loop 30, speed 12, reuters 300)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="training steps (default: loop 30, speed 12, reuters 300)"
+    )
     parser.add_argument("--warmup", type=int, default=3, help="steps left out of steps/s")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--eval-batch-size", type=int, default=128)
@@ -305,8 +357,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--docs", type=int, default=512, help="speed mode: test documents encoded")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: torch's choice); on a busy shared box 1 can beat 2")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's choice); on a busy shared box 1 can beat 2",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -316,8 +372,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--steps ({args.steps}) must exceed --warmup + 1 ({args.warmup + 1})")
     run = {"loop": cmd_loop, "speed": cmd_speed, "reuters": cmd_reuters}[args.mode]
     start = time.perf_counter()
-    result = {"mode": args.mode, "args": vars(args), "threads": torch.get_num_threads(),
-              "load_average_start": os.getloadavg(), **run(args)}
+    result = {
+        "mode": args.mode,
+        "args": vars(args),
+        "threads": torch.get_num_threads(),
+        "load_average_start": os.getloadavg(),
+        **run(args),
+    }
     result["wall_seconds"] = time.perf_counter() - start
     result["load_average_end"] = os.getloadavg()
     WORK.mkdir(parents=True, exist_ok=True)

@@ -52,8 +52,14 @@ def load_inputs(work: Path) -> dict[str, sp.csr_matrix]:
 
 def timing_fields(t_index: float, t_train: float, c_train: float, t_pred: float, n_docs: int, chain: list) -> dict:
     """The measurements both workers report, under the same keys."""
-    return {"index_s": t_index, "train_s": t_train, "train_cpu_s": c_train, "predict_s": t_pred,
-            "predict_docs_per_s": n_docs / t_pred, "level_sizes": [int(c.shape[0]) for c in chain]}
+    return {
+        "index_s": t_index,
+        "train_s": t_train,
+        "train_cpu_s": c_train,
+        "predict_s": t_pred,
+        "predict_docs_per_s": n_docs / t_pred,
+        "level_sizes": [int(c.shape[0]) for c in chain],
+    }
 
 
 def write_result(work: Path, name: str, result: dict, pred: sp.csr_matrix, chain: list | None = None) -> None:
@@ -88,8 +94,11 @@ def pecos_worker(work: Path, threads: int, beam: int, topk: int) -> None:
     pred = fast.predict(Xd, beam_size=beam, only_topk=topk, threads=threads)
     t_pred = time.perf_counter() - t0
     n_w = sum(int(m.W.nnz) for m in model.model.model_chain)
-    result = {"library": "pecos", **timing_fields(t_index, t_train, c_train, t_pred, Xd.shape[0], chain),
-              "weights_nnz": n_w}
+    result = {
+        "library": "pecos",
+        **timing_fields(t_index, t_train, c_train, t_pred, Xd.shape[0], chain),
+        "weights_nnz": n_w,
+    }
     write_result(work, "pecos", result, pred, chain=list(chain))
 
 
@@ -158,14 +167,31 @@ def prepare_inputs(dataset: str, work: Path, cache_dir: Path) -> None:
 
 
 def run_worker(python: str, name: str, args: argparse.Namespace) -> dict:
-    cmd = [python, str(Path(__file__).resolve()), "--worker", name, "--work", str(args.work),
-           "--threads", str(args.threads), "--beam", str(args.beam), "--topk", str(args.topk)]
+    cmd = [
+        python,
+        str(Path(__file__).resolve()),
+        "--worker",
+        name,
+        "--work",
+        str(args.work),
+        "--threads",
+        str(args.threads),
+        "--beam",
+        str(args.beam),
+        "--topk",
+        str(args.topk),
+    ]
     if args.config:
         cmd += ["--config", args.config]
     if name == "ours":
         cmd += ["--chain", args.chain]
-    env = os.environ | {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
-                        "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    env = os.environ | {
+        "OMP_NUM_THREADS": str(args.threads),
+        "MKL_NUM_THREADS": str(args.threads),
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    }
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env)
     result = json.loads((args.work / f"{name}_result.json").read_text())
@@ -182,16 +208,24 @@ def report(results: dict[str, dict], work: Path) -> None:
         m = evaluate(Y, sp.load_npz(work / f"{name}_pred.npz").tocsr())
         r["metrics"] = {k: m[k] for k in ("P@1", "P@3", "P@5")}
         rows.append((name, r))
-    print(f"\n{'':14s}{'index s':>9s}{'train s':>9s}{'cpu s':>9s}{'docs/s':>9s}{'RSS GiB':>9s}{'P@1':>8s}{'P@3':>8s}{'P@5':>8s}")
+    print(
+        f"\n{'':14s}{'index s':>9s}{'train s':>9s}{'cpu s':>9s}{'docs/s':>9s}{'RSS GiB':>9s}"
+        f"{'P@1':>8s}{'P@3':>8s}{'P@5':>8s}"
+    )
     for name, r in rows:
         m = r["metrics"]
-        print(f"{name:14s}{r['index_s']:9.1f}{r['train_s']:9.1f}{r['train_cpu_s']:9.1f}{r['predict_docs_per_s']:9.0f}"
-              f"{r['peak_rss_gib']:9.2f}{m['P@1']:8.2f}{m['P@3']:8.2f}{m['P@5']:8.2f}")
+        print(
+            f"{name:14s}{r['index_s']:9.1f}{r['train_s']:9.1f}{r['train_cpu_s']:9.1f}{r['predict_docs_per_s']:9.0f}"
+            f"{r['peak_rss_gib']:9.2f}{m['P@1']:8.2f}{m['P@3']:8.2f}{m['P@5']:8.2f}"
+        )
     if "ours" in results and "pecos" in results:
         o, p = results["ours"], results["pecos"]
-        print(f"\nours - pecos: P@1 {o['metrics']['P@1'] - p['metrics']['P@1']:+.2f} points; ranker-training wall ratio "
-              f"ours/pecos {o['train_s'] / p['train_s']:.2f} (cpu {o['train_cpu_s'] / p['train_cpu_s']:.2f}); "
-              f"indexing + training {(o['index_s'] + o['train_s']) / (p['index_s'] + p['train_s']):.2f}; chain: {o.get('chain')}")
+        print(
+            f"\nours - pecos: P@1 {o['metrics']['P@1'] - p['metrics']['P@1']:+.2f} points; ranker-training wall ratio "
+            f"ours/pecos {o['train_s'] / p['train_s']:.2f} (cpu {o['train_cpu_s'] / p['train_cpu_s']:.2f}); "
+            f"indexing + training {(o['index_s'] + o['train_s']) / (p['index_s'] + p['train_s']):.2f}; "
+            f"chain: {o.get('chain')}"
+        )
         print("(wall times on a shared machine are noisy: compare the ratio within this run, not across runs)")
     (work / "summary.json").write_text(json.dumps(results, indent=2) + "\n")
 
@@ -199,16 +233,24 @@ def report(results: dict[str, dict], work: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="eurlex57k")
-    ap.add_argument("--work", type=Path, default=None, help="work folder (default benchmarks/work/bench_ranker/DATASET)")
+    ap.add_argument(
+        "--work", type=Path, default=None, help="work folder (default benchmarks/work/bench_ranker/DATASET)"
+    )
     ap.add_argument("--cache-dir", type=Path, default=None, help="TF-IDF cache folder (data layer default if unset)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--beam", type=int, default=10)
     ap.add_argument("--topk", type=int, default=10)
     ap.add_argument("--pecos-python", default=os.environ.get("PECOS_PYTHON", str(DEFAULT_PECOS_PY)))
-    ap.add_argument("--only", choices=("pecos", "ours"), default=None, help="run one worker (reuses the other's result)")
+    ap.add_argument(
+        "--only", choices=("pecos", "ours"), default=None, help="run one worker (reuses the other's result)"
+    )
     ap.add_argument("--config", default=None, help="JSON overrides of HierarchicalLinearConfig for our worker")
-    ap.add_argument("--chain", choices=("ours", "pecos"), default="ours",
-                    help="label tree of our model: our indexer (default) or PECOS's (same tree for both)")
+    ap.add_argument(
+        "--chain",
+        choices=("ours", "pecos"),
+        default="ours",
+        help="label tree of our model: our indexer (default) or PECOS's (same tree for both)",
+    )
     ap.add_argument("--worker", choices=("pecos", "ours"), default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.work = args.work or ROOT / "benchmarks" / "work" / "bench_ranker" / args.dataset
@@ -227,7 +269,9 @@ def main() -> None:
             continue
         python = args.pecos_python if name == "pecos" else sys.executable
         if name == "pecos" and not Path(python).is_file():
-            raise SystemExit(f"bench_ranker: PECOS python not found at {python} (run benchmarks/peers/setup_venvs.sh pecos)")
+            raise SystemExit(
+                f"bench_ranker: PECOS python not found at {python} (run benchmarks/peers/setup_venvs.sh pecos)"
+            )
         print(f"== {name} worker", flush=True)
         results[name] = run_worker(python, name, args)
     report(results, args.work)

@@ -48,7 +48,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from benchmarks.report import git_commit, now  # noqa: E402
+import contextlib
+
+from benchmarks.report import git_commit, now
 
 HOST = "127.0.0.1"
 CLK = os.sysconf("SC_CLK_TCK")
@@ -70,20 +72,29 @@ def host_info() -> dict[str, Any]:
     except OSError:
         pass
     mem = 0
-    try:
-        mem = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                   if line.startswith("MemTotal:"))
-    except (OSError, StopIteration):
-        pass
+    with contextlib.suppress(OSError, StopIteration):
+        mem = next(
+            int(line.split()[1])
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal:")
+        )
     bf16 = sorted(flags & {"amx_bf16", "amx_tile", "avx512_bf16"})
     import platform
 
     import torch
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "ram_gib": round(mem / 2**20, 1), "native_bf16": bool(bf16),
-            "bf16_flags": bf16, "avx512": "avx512f" in flags, "python": platform.python_version(),
-            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "threads_env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem / 2**20, 1),
+        "native_bf16": bool(bf16),
+        "bf16_flags": bf16,
+        "avx512": "avx512f" in flags,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "threads_env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+    }
 
 
 def pid_cpu(pid: int | str) -> float:
@@ -154,6 +165,7 @@ def short_cmd(argv: list[str]) -> str:
 
 def busiest_processes(ours: set[int], window: float = 1.0, top: int = 5) -> list[dict[str, Any]]:
     """The processes that used the most CPU over ``window`` seconds (cores), ours marked."""
+
     def snapshot() -> dict[int, float]:
         out = {}
         for entry in os.scandir("/proc"):
@@ -180,8 +192,11 @@ def busiest_processes(ours: set[int], window: float = 1.0, top: int = 5) -> list
 def load_snapshot(ours: set[int]) -> dict[str, Any]:
     busiest = busiest_processes(ours)
     others = [r for r in busiest if not r["ours"]]
-    return {"loadavg": Path("/proc/loadavg").read_text().split()[:3], "busiest": busiest,
-            "other_heavy": [r for r in others if r["cores"] >= 0.2]}
+    return {
+        "loadavg": Path("/proc/loadavg").read_text().split()[:3],
+        "busiest": busiest,
+        "other_heavy": [r for r in others if r["cores"] >= 0.2],
+    }
 
 
 # ---------------------------------------------------------------------------------------------- server
@@ -191,13 +206,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: str, request_timeout: float, max_queue: int | None, workers: int,
-                 extra: list[str] = ()) -> tuple[subprocess.Popen, str]:
+def start_server(
+    model: str, request_timeout: float, max_queue: int | None, workers: int, extra: list[str] = ()
+) -> tuple[subprocess.Popen, str]:
     import httpx
 
     port = free_port()
-    cmd = [sys.executable, "-m", "xtransformer", "serve", "--model", model, "--host", HOST, "--port", str(port),
-           "--request-timeout", str(request_timeout)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "xtransformer",
+        "serve",
+        "--model",
+        model,
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--request-timeout",
+        str(request_timeout),
+    ]
     cmd += ["--max-queue", str(max_queue)] if max_queue else []
     cmd += ["--workers", str(workers), *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -243,7 +271,7 @@ class RssMonitor(threading.Thread):
         while not self.stop_event.wait(self.every):
             try:
                 n = scrape(self.base)["predict_requests"]
-            except Exception:  # noqa: BLE001  (the server is going away)
+            except Exception:
                 continue
             rss = pid_rss_mib(self.pid)
             self.peak = max(self.peak, rss)
@@ -256,11 +284,16 @@ class RssMonitor(threading.Thread):
 
 
 # ---------------------------------------------------------------------------------------------- client
-async def _client(port: int, bodies: list[bytes], concurrency: int, seconds: float, max_requests: int,
-                  timeout: float, key: str | None) -> dict[str, Any]:
+async def _client(
+    port: int, bodies: list[bytes], concurrency: int, seconds: float, max_requests: int, timeout: float, key: str | None
+) -> dict[str, Any]:
     auth = f"Authorization: Bearer {key}\r\n".encode() if key else b""
-    heads = [b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + auth +
-             b"Content-Length: %d\r\n\r\n" % len(body) for body in bodies]
+    heads = [
+        b"POST /predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + auth
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        for body in bodies
+    ]
     latencies: list[float] = []
     statuses: Counter[str] = Counter()
     sent = 0
@@ -293,7 +326,7 @@ async def _client(port: int, bodies: list[bytes], concurrency: int, seconds: flo
                         close = True
                 await asyncio.wait_for(reader.readexactly(length), timeout)
                 status = status_line.split(b" ", 2)[1].decode() if status_line else "closed"
-            except (asyncio.TimeoutError, TimeoutError):
+            except TimeoutError:
                 status, close = "client-timeout", True
             except (ConnectionError, asyncio.IncompleteReadError, IndexError, ValueError) as e:
                 status, close = f"error:{type(e).__name__}", True
@@ -315,25 +348,47 @@ async def _client(port: int, bodies: list[bytes], concurrency: int, seconds: flo
     await asyncio.gather(*(connection(w) for w in range(concurrency)))
     wall = time.perf_counter() - t0
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {"wall_s": wall, "statuses": dict(statuses), "latencies": latencies,
-            "client_cpu_s": usage.ru_utime + usage.ru_stime}
+    return {
+        "wall_s": wall,
+        "statuses": dict(statuses),
+        "latencies": latencies,
+        "client_cpu_s": usage.ru_utime + usage.ru_stime,
+    }
 
 
 def client_main(args: argparse.Namespace) -> int:
     spec = json.loads(Path(args.client).read_text())
     bodies = [json.dumps({"texts": batch, "k": spec["k"]}).encode() for batch in spec["batches"]]
-    out = asyncio.run(_client(spec["port"], bodies, spec["concurrency"], spec["seconds"], spec["max_requests"],
-                              spec["timeout"], spec.get("key")))
+    out = asyncio.run(
+        _client(
+            spec["port"],
+            bodies,
+            spec["concurrency"],
+            spec["seconds"],
+            spec["max_requests"],
+            spec["timeout"],
+            spec.get("key"),
+        )
+    )
     Path(spec["out"]).write_text(json.dumps(out))
     return 0
 
 
-def run_level(base: str, batches: list[list[str]], concurrency: int, args: argparse.Namespace,
-              work: Path) -> dict[str, Any]:
+def run_level(
+    base: str, batches: list[list[str]], concurrency: int, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
     port = int(base.rsplit(":", 1)[1])
-    spec = {"port": port, "batches": batches, "k": args.k, "concurrency": concurrency, "seconds": args.seconds,
-            "max_requests": args.max_requests, "timeout": args.request_timeout + 30, "key": args.api_key,
-            "out": str(work / f"client-{concurrency}.json")}
+    spec = {
+        "port": port,
+        "batches": batches,
+        "k": args.k,
+        "concurrency": concurrency,
+        "seconds": args.seconds,
+        "max_requests": args.max_requests,
+        "timeout": args.request_timeout + 30,
+        "key": args.api_key,
+        "out": str(work / f"client-{concurrency}.json"),
+    }
     (work / f"spec-{concurrency}.json").write_text(json.dumps(spec))
     proc = subprocess.Popen([sys.executable, __file__, "--client", str(work / f"spec-{concurrency}.json")])
     if proc.wait(timeout=args.seconds + args.request_timeout + 120) != 0:
@@ -353,14 +408,19 @@ def measure_model(model_path: str, texts: list[str], args: argparse.Namespace, w
 
     kind = read_manifest(model.folder, verify=False)["components"]["kind"]
     folder = Path(model.folder)
-    info = {"model": str(folder), "method": model.method, "kind": kind, "n_labels": model.n_labels,
-            "model_mib": round(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20, 1),
-            "predict_settings": model.predict_settings}
+    info = {
+        "model": str(folder),
+        "method": model.method,
+        "kind": kind,
+        "n_labels": model.n_labels,
+        "model_mib": round(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20, 1),
+        "predict_settings": model.predict_settings,
+    }
     if args.inprocess:
         info["inprocess"] = inprocess(model_path, model, texts, args)
     del model
     n = args.texts_per_request
-    batches = [texts[i:i + n] for i in range(0, len(texts) - n + 1, n)]
+    batches = [texts[i : i + n] for i in range(0, len(texts) - n + 1, n)]
     proc, base = start_server(model_path, args.request_timeout, args.max_queue, args.server_workers, args.server_arg)
     ours = {os.getpid(), *tree_pids(proc.pid)}
     info["rss_mib"] = {"start": pid_rss_mib(proc.pid)}
@@ -370,8 +430,11 @@ def measure_model(model_path: str, texts: list[str], args: argparse.Namespace, w
     try:
         for c in args.concurrency:
             load = load_snapshot(ours)
-            print(f"  c={c}: load average {' '.join(load['loadavg'])}; other heavy processes: "
-                  f"{[(r['cores'], r['cmd'][:60]) for r in load['other_heavy']] or 'none'}", flush=True)
+            print(
+                f"  c={c}: load average {' '.join(load['loadavg'])}; other heavy processes: "
+                f"{[(r['cores'], r['cmd'][:60]) for r in load['other_heavy']] or 'none'}",
+                flush=True,
+            )
             before = scrape(base)
             cpu0, busy0, self0, t0 = tree_cpu(proc.pid), machine_busy_s(), time.process_time(), time.monotonic()
             out = run_level(base, batches, c, args, work)
@@ -385,28 +448,37 @@ def measure_model(model_path: str, texts: list[str], args: argparse.Namespace, w
             others = (busy1 - busy0) - server_cpu - out["client_cpu_s"] - (self1 - self0)
             passes = after.get("xmc_batch_texts_count", 0) - before.get("xmc_batch_texts_count", 0)
             level = {
-                "concurrency": c, "seconds": round(out["wall_s"], 2), "requests": n_req,
+                "concurrency": c,
+                "seconds": round(out["wall_s"], 2),
+                "requests": n_req,
                 "statuses": out["statuses"],
                 "requests_per_s": round(len(ok) / out["wall_s"], 1),
                 "texts_per_s": round(len(ok) * n / out["wall_s"], 1),
-                "p50_ms": percentile_ms(ok, 50), "p95_ms": percentile_ms(ok, 95), "p99_ms": percentile_ms(ok, 99),
+                "p50_ms": percentile_ms(ok, 50),
+                "p95_ms": percentile_ms(ok, 95),
+                "p99_ms": percentile_ms(ok, 99),
                 "max_ms": round(float(everything.max()) * 1000, 1) if n_req else None,
-                "refused_p50_ms": percentile_ms(-lat[lat < 0], 50), "refused_p99_ms": percentile_ms(-lat[lat < 0], 99),
+                "refused_p50_ms": percentile_ms(-lat[lat < 0], 50),
+                "refused_p99_ms": percentile_ms(-lat[lat < 0], 99),
                 "over_request_timeout": int((everything > args.request_timeout).sum()),
                 "server_cpu_ms_per_request": round(1000 * server_cpu / max(n_req, 1), 3),
                 "client_cpu_ms_per_request": round(1000 * out["client_cpu_s"] / max(n_req, 1), 3),
-                "texts_per_forward_pass": round((after.get("xmc_batch_texts_sum", 0) - before.get("xmc_batch_texts_sum", 0))
-                                                / max(passes, 1), 2),
+                "texts_per_forward_pass": round(
+                    (after.get("xmc_batch_texts_sum", 0) - before.get("xmc_batch_texts_sum", 0)) / max(passes, 1), 2
+                ),
                 "other_processes_cores": round(max(others, 0.0) / max(t1 - t0, 1e-9), 2),
                 "rss_mib_at_end": pid_rss_mib(proc.pid),
                 "load_before": load,
             }
             key = str(c) if str(c) not in levels else f"{c}#{sum(k.split('#')[0] == str(c) for k in levels) + 1}"
             levels[key] = level
-            print(f"  c={c}: {level['requests_per_s']} req/s, p50/p95/p99 {level['p50_ms']}/{level['p95_ms']}/"
-                  f"{level['p99_ms']} ms, statuses {level['statuses']}, server CPU "
-                  f"{level['server_cpu_ms_per_request']} ms/request, others busy {level['other_processes_cores']} "
-                  f"cores", flush=True)
+            print(
+                f"  c={c}: {level['requests_per_s']} req/s, p50/p95/p99 {level['p50_ms']}/{level['p95_ms']}/"
+                f"{level['p99_ms']} ms, statuses {level['statuses']}, server CPU "
+                f"{level['server_cpu_ms_per_request']} ms/request, others busy {level['other_processes_cores']} "
+                f"cores",
+                flush=True,
+            )
     finally:
         monitor.stop_event.set()
         monitor.join(timeout=5)
@@ -458,11 +530,20 @@ def check_targets(kind: str, levels: dict[str, Any], rss: dict[str, float]) -> d
     out: dict[str, Any] = {}
     c1, c32, c128 = levels.get("1"), levels.get("32"), levels.get("128")
     if c1 and "c1_p50_ms" in t:
-        out["c=1 p50 <= %g ms" % t["c1_p50_ms"]] = [c1["p50_ms"], c1["p50_ms"] is not None and c1["p50_ms"] <= t["c1_p50_ms"]]
+        out["c=1 p50 <= {:g} ms".format(t["c1_p50_ms"])] = [
+            c1["p50_ms"],
+            c1["p50_ms"] is not None and c1["p50_ms"] <= t["c1_p50_ms"],
+        ]
     if c1 and "c1_p99_ms" in t:
-        out["c=1 p99 <= %g ms" % t["c1_p99_ms"]] = [c1["p99_ms"], c1["p99_ms"] is not None and c1["p99_ms"] <= t["c1_p99_ms"]]
+        out["c=1 p99 <= {:g} ms".format(t["c1_p99_ms"])] = [
+            c1["p99_ms"],
+            c1["p99_ms"] is not None and c1["p99_ms"] <= t["c1_p99_ms"],
+        ]
     if c32 and "c32_texts_per_s" in t:
-        out["c=32 >= %g texts/s" % t["c32_texts_per_s"]] = [c32["texts_per_s"], c32["texts_per_s"] >= t["c32_texts_per_s"]]
+        out["c=32 >= {:g} texts/s".format(t["c32_texts_per_s"])] = [
+            c32["texts_per_s"],
+            c32["texts_per_s"] >= t["c32_texts_per_s"],
+        ]
     if c128:
         others = {s: n for s, n in c128["statuses"].items() if s not in ("200", "503")}
         out["c=128 only 200 and 503"] = [c128["statuses"], not others]
@@ -470,41 +551,53 @@ def check_targets(kind: str, levels: dict[str, Any], rss: dict[str, float]) -> d
     out["no request over --request-timeout"] = [over, over == 0]
     if "change_1k_to_20k_pct" in rss:
         out["RSS after 20k within 5% of after 1k (one sample each)"] = [
-            f"{rss['change_1k_to_20k_pct']:+.2f}%", abs(rss["change_1k_to_20k_pct"]) <= 5]
+            f"{rss['change_1k_to_20k_pct']:+.2f}%",
+            abs(rss["change_1k_to_20k_pct"]) <= 5,
+        ]
     else:
         out["RSS after 20k within 5% of after 1k (one sample each)"] = ["fewer than 20,000 requests", None]
     if "floor_change_1k_to_20k_pct" in rss:
         out["RSS floor over 20 s after 20k within 5% of that after 1k"] = [
-            f"{rss['floor_change_1k_to_20k_pct']:+.2f}%", abs(rss["floor_change_1k_to_20k_pct"]) <= 5]
+            f"{rss['floor_change_1k_to_20k_pct']:+.2f}%",
+            abs(rss["floor_change_1k_to_20k_pct"]) <= 5,
+        ]
     return out
 
 
 # ---------------------------------------------------------------------------------------------- in-process
 def cold_load_s(model: str, verify: bool) -> dict[str, float]:
-    code = ("import time; t = time.perf_counter(); c = time.process_time(); from xtransformer import XMCModel; "
-            f"XMCModel.load({model!r}, verify={verify}); print(time.perf_counter() - t, time.process_time() - c)")
+    code = (
+        "import time; t = time.perf_counter(); c = time.process_time(); from xtransformer import XMCModel; "
+        f"XMCModel.load({model!r}, verify={verify}); print(time.perf_counter() - t, time.process_time() - c)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     wall, cpu = map(float, out.stdout.strip().splitlines()[-1].split())
     return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3)}
 
 
 def inprocess(model_path: str, model: Any, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"cold_load": {"verify": cold_load_s(model_path, True), "no_verify": cold_load_s(model_path, False)}}
+    out: dict[str, Any] = {
+        "cold_load": {"verify": cold_load_s(model_path, True), "no_verify": cold_load_s(model_path, False)}
+    }
     t = time.perf_counter()
     for i in range(0, len(texts), 4096):
-        model.predict_csr(texts[i:i + 4096])
+        model.predict_csr(texts[i : i + 4096])
     out["batch_docs_per_s"] = round(len(texts) / (time.perf_counter() - t), 1)
     for text in texts[:5]:
         model.predict([text], k=args.k)
     ms, cpu = [], []
-    for text in texts[:args.single]:
+    for text in texts[: args.single]:
         s, c = time.perf_counter(), time.process_time()
         model.predict([text], k=args.k)
         ms.append(1000 * (time.perf_counter() - s))
         cpu.append(1000 * (time.process_time() - c))
     a = np.asarray(ms)
-    out["single"] = {"n": len(ms), "p50_ms": round(float(np.percentile(a, 50)), 2),
-                     "p99_ms": round(float(np.percentile(a, 99)), 2), "cpu_p50_ms": round(float(np.median(cpu)), 2)}
+    out["single"] = {
+        "n": len(ms),
+        "p50_ms": round(float(np.percentile(a, 50)), 2),
+        "p99_ms": round(float(np.percentile(a, 99)), 2),
+        "cpu_p50_ms": round(float(np.median(cpu)), 2),
+    }
     print(f"  in-process: {out}", flush=True)
     return out
 
@@ -512,7 +605,9 @@ def inprocess(model_path: str, model: Any, texts: list[str], args: argparse.Name
 # ---------------------------------------------------------------------------------------------- report
 def eval_texts(args: argparse.Namespace) -> tuple[str, list[str]]:
     if args.texts:
-        return Path(args.texts).stem, [t for t in Path(args.texts).read_text(encoding="utf-8").splitlines() if t.strip()]
+        return Path(args.texts).stem, [
+            t for t in Path(args.texts).read_text(encoding="utf-8").splitlines() if t.strip()
+        ]
     from xtransformer.data import DataConfig, load_dataset
 
     ds = load_dataset(DataConfig(name=args.dataset), cache_dir=args.cache_dir)
@@ -528,48 +623,79 @@ def render(r: dict[str, Any]) -> str:
     heavy = [f"`{cmd}` (up to {cores} cores)" for cmd, cores in sorted(worst.items(), key=lambda kv: -kv[1])]
     quiet = not heavy and all(level["other_processes_cores"] < 0.2 for level in m["levels"].values())
     lines = [
-        f"# xmc-serve under load: {m['method']} on {r['dataset']} ({m['n_labels']} labels)", "",
+        f"# xmc-serve under load: {m['method']} on {r['dataset']} ({m['n_labels']} labels)",
+        "",
         f"{r['when']}, commit {r['commit']}. Host: {h['cpu']}, {h['cores']} cores, {h['ram_gib']} GiB; native bf16: "
         f"{'yes (' + ', '.join(h['bf16_flags']) + ')' if h['native_bf16'] else 'no (no amx_bf16 / avx512_bf16 flag)'}; "
         f"torch {h['torch']} ({h['torch_threads']} threads).",
-        f"Model folder {m['model']} ({m['model_mib']} MiB). {r['note']}".rstrip(), "",
-        f"{r['seconds']:g} s per level, {r['texts_per_request']} text(s) per request (eval split, cycled), k = {r['k']}, "
+        f"Model folder {m['model']} ({m['model_mib']} MiB). {r['note']}".rstrip(),
+        "",
+        f"{r['seconds']:g} s per level, {r['texts_per_request']} text(s) per request (eval split, cycled), "
+        f"k = {r['k']}, "
         f"`--request-timeout {r['request_timeout']:g}`, `--max-queue {r['max_queue'] or 'default'}`, "
         f"`--workers {r['workers']}`{''.join(' `' + a + '`' for a in r.get('server_args', []))}; client and server "
-        "on the same 2 cores, loopback only.", "",
-        ("**Machine quiet**: no other process used 0.2 cores or more before or during any level." if quiet else
-         "**Preliminary: other processes were running** (before a level: " + ("; ".join(heavy) or "none") +
-         "; during the levels, see 'others busy'). Wall-clock figures measure the queue for the CPU as much "
-         "as the server; the CPU-per-request figures the server."), "",
+        "on the same 2 cores, loopback only.",
+        "",
+        (
+            "**Machine quiet**: no other process used 0.2 cores or more before or during any level."
+            if quiet
+            else "**Preliminary: other processes were running** (before a level: "
+            + ("; ".join(heavy) or "none")
+            + "; during the levels, see 'others busy'). Wall-clock figures measure the queue for the CPU as much "
+            "as the server; the CPU-per-request figures the server."
+        ),
+        "",
         "| concurrency | requests | req/s | texts/s | p50 ms | p95 ms | p99 ms | max ms | statuses | > timeout | "
-        "non-200 p50 / p99 ms | server CPU ms/req | texts/pass | RSS MiB at end | load avg before | others busy (cores) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---|---:|"]
+        "non-200 p50 / p99 ms | server CPU ms/req | texts/pass | RSS MiB at end | load avg before "
+        "| others busy (cores) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---|---:|",
+    ]
     for c, s in m["levels"].items():
         st = ", ".join(f"{k}: {v}" for k, v in sorted(s["statuses"].items()))
         refused = "–" if s.get("refused_p50_ms") is None else f"{s['refused_p50_ms']} / {s['refused_p99_ms']}"
-        lines.append(f"| {c} | {s['requests']:,} | {s['requests_per_s']:,} | {s['texts_per_s']:,} | {s['p50_ms']} | "
-                     f"{s['p95_ms']} | {s['p99_ms']} | {s['max_ms']} | {st} | {s['over_request_timeout']} | "
-                     f"{refused} | "
-                     f"{s['server_cpu_ms_per_request']} | {s['texts_per_forward_pass']} | {s.get('rss_mib_at_end')} | "
-                     f"{' '.join(s['load_before']['loadavg'])} | {s['other_processes_cores']} |")
+        lines.append(
+            f"| {c} | {s['requests']:,} | {s['requests_per_s']:,} | {s['texts_per_s']:,} | {s['p50_ms']} | "
+            f"{s['p95_ms']} | {s['p99_ms']} | {s['max_ms']} | {st} | {s['over_request_timeout']} | "
+            f"{refused} | "
+            f"{s['server_cpu_ms_per_request']} | {s['texts_per_forward_pass']} | {s.get('rss_mib_at_end')} | "
+            f"{' '.join(s['load_before']['loadavg'])} | {s['other_processes_cores']} |"
+        )
     rss = m["rss_mib"]
     what = "RSS" if r["workers"] == 1 else "PSS of server + workers"
-    lines += ["", "Server " + what + " (MiB): start (after warm-up) {start}, after 1,000 requests {a1}, after 20,000 {a20}, "
-              "end {end} ({n:,} requests in all){chg}; exit code on SIGTERM: {code}.".format(
-                  start=rss.get("start"), a1=rss.get("after_1000", "–"), a20=rss.get("after_20000", "–"),
-                  end=rss.get("end"), n=m["total_requests"],
-                  chg=f"; 1k -> 20k: {rss['change_1k_to_20k_pct']:+.2f}%" if "change_1k_to_20k_pct" in rss else "",
-                  code=m.get("server_exit_code_on_sigterm"))]
-    windows = [f"after {mark:,}: floor {rss[f'after_{mark}_window']['floor']}, peak {rss[f'after_{mark}_window']['peak']}"
-               for mark in (1000, 20000) if f"after_{mark}_window" in rss]
+    lines += [
+        "",
+        "Server "
+        + what
+        + " (MiB): start (after warm-up) {start}, after 1,000 requests {a1}, after 20,000 {a20}, "
+        "end {end} ({n:,} requests in all){chg}; exit code on SIGTERM: {code}.".format(
+            start=rss.get("start"),
+            a1=rss.get("after_1000", "–"),
+            a20=rss.get("after_20000", "–"),
+            end=rss.get("end"),
+            n=m["total_requests"],
+            chg=f"; 1k -> 20k: {rss['change_1k_to_20k_pct']:+.2f}%" if "change_1k_to_20k_pct" in rss else "",
+            code=m.get("server_exit_code_on_sigterm"),
+        ),
+    ]
+    windows = [
+        f"after {mark:,}: floor {rss[f'after_{mark}_window']['floor']}, peak {rss[f'after_{mark}_window']['peak']}"
+        for mark in (1000, 20000)
+        if f"after_{mark}_window" in rss
+    ]
     if windows:
-        lines += ["", "Over the 20 s after each mark (samples every 1-2 s; a forward pass allocates and frees its working "
-                  "memory, so single samples swing): " + "; ".join(windows) + " MiB."]
+        lines += [
+            "",
+            "Over the 20 s after each mark (samples every 1-2 s; a forward pass allocates and frees its working "
+            "memory, so single samples swing): " + "; ".join(windows) + " MiB.",
+        ]
     if m.get("inprocess"):
         ip = m["inprocess"]
-        lines += ["", f"In-process: cold load {ip['cold_load']['verify']['wall_s']} s (sha256 on), batch "
-                  f"{ip['batch_docs_per_s']} docs/s, single text p50 {ip['single']['p50_ms']} ms "
-                  f"(CPU {ip['single']['cpu_p50_ms']} ms), p99 {ip['single']['p99_ms']} ms."]
+        lines += [
+            "",
+            f"In-process: cold load {ip['cold_load']['verify']['wall_s']} s (sha256 on), batch "
+            f"{ip['batch_docs_per_s']} docs/s, single text p50 {ip['single']['p50_ms']} ms "
+            f"(CPU {ip['single']['cpu_p50_ms']} ms), p99 {ip['single']['p99_ms']} ms.",
+        ]
     lines += ["", "| target (issue 45) | measured | met |", "|---|---|---|"]
     for name, (value, met) in m["targets"].items():
         lines.append(f"| {name} | {value} | {'yes' if met else ('–' if met is None else 'no')} |")
@@ -579,16 +705,26 @@ def render(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--client", default=None, help=argparse.SUPPRESS)  # internal: run one level's client
-    p.add_argument("--rerender", nargs="+", default=None, metavar="JSON",
-                   help="recompute the summaries and targets of stored results and rewrite their .md")
+    p.add_argument(
+        "--rerender",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="recompute the summaries and targets of stored results and rewrite their .md",
+    )
     p.add_argument("--model", action="append", help="a method folder (RUN/model/<method>); repeat for several")
     p.add_argument("--dataset", default="reuters21578", help="eval split texts of this dataset")
     p.add_argument("--texts", default=None, help="or: a UTF-8 file, one text a line")
     p.add_argument("--cache-dir", default=str(ROOT / "cache"))
     p.add_argument("--concurrency", default="1,8,32,128")
     p.add_argument("--seconds", type=float, default=60.0, help="per concurrency level")
-    p.add_argument("--max-requests", "--requests", type=int, default=500_000,
-                   help="per level, a bound besides the time (--requests: its older name)")
+    p.add_argument(
+        "--max-requests",
+        "--requests",
+        type=int,
+        default=500_000,
+        help="per level, a bound besides the time (--requests: its older name)",
+    )
     p.add_argument("--texts-per-request", type=int, default=1)
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--request-timeout", type=float, default=30.0, help="the server's --request-timeout")
@@ -599,8 +735,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--inprocess", action="store_true", help="also cold load, batch and single-text in-process")
     p.add_argument("--single", type=int, default=300, help="texts timed one by one in-process (--inprocess)")
     p.add_argument("--suffix", default="", help="appended to the result files' names")
-    p.add_argument("--note", action="append", default=[],
-                   help="a sentence for the report (e.g. how the model was trained): one, or one per --model")
+    p.add_argument(
+        "--note",
+        action="append",
+        default=[],
+        help="a sentence for the report (e.g. how the model was trained): one, or one per --model",
+    )
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--work", default="/tmp/xmc-bench-serving", help="scratch for the client's specs and results")
     args = p.parse_args(argv)
@@ -628,8 +768,11 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     name, texts = eval_texts(args)
     host = host_info()
-    print(f"host: {host['cpu']}, {host['cores']} cores, native bf16 {host['native_bf16']} {host['bf16_flags']}; "
-          f"{len(texts)} texts of {name}", flush=True)
+    print(
+        f"host: {host['cpu']}, {host['cores']} cores, native bf16 {host['native_bf16']} {host['bf16_flags']}; "
+        f"{len(texts)} texts of {name}",
+        flush=True,
+    )
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     workers = [int(w) for w in str(args.workers).split(",")]
@@ -639,13 +782,23 @@ def main(argv: list[str] | None = None) -> int:
         args.server_workers = workers[i] if len(workers) > 1 else workers[0]
         note = args.note[i] if len(args.note) == len(args.model) else " ".join(args.note)
         print(f"{model_path} (--workers {args.server_workers}):", flush=True)
-        result = {"when": now(), "commit": git_commit(ROOT), "host": host, "dataset": name, "n_texts": len(texts),
-                  "seconds": args.seconds, "texts_per_request": args.texts_per_request, "k": args.k,
-                  "request_timeout": args.request_timeout, "max_queue": args.max_queue, "workers": args.server_workers,
-                  "server_args": args.server_arg,
-                  "note": note,
-                  "command": " ".join([Path(sys.executable).name, *sys.argv]),
-                  "model": measure_model(model_path, texts, args, work)}
+        result = {
+            "when": now(),
+            "commit": git_commit(ROOT),
+            "host": host,
+            "dataset": name,
+            "n_texts": len(texts),
+            "seconds": args.seconds,
+            "texts_per_request": args.texts_per_request,
+            "k": args.k,
+            "request_timeout": args.request_timeout,
+            "max_queue": args.max_queue,
+            "workers": args.server_workers,
+            "server_args": args.server_arg,
+            "note": note,
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "model": measure_model(model_path, texts, args, work),
+        }
         stem = f"serving-load-{name}-{re.sub(r'[^A-Za-z0-9_.-]+', '-', result['model']['method'])}{args.suffix}"
         (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
         (out_dir / f"{stem}.md").write_text(render(result))

@@ -32,8 +32,9 @@ def split_available(systems: list[SystemSpec]) -> tuple[list[SystemSpec], dict[s
     return ready, skipped
 
 
-def run_systems(problem: Problem, systems: list[SystemSpec], repeats: int, settings: RunSettings,
-                work_root: Path) -> tuple[list[RunRecord], dict[str, str]]:
+def run_systems(
+    problem: Problem, systems: list[SystemSpec], repeats: int, settings: RunSettings, work_root: Path
+) -> tuple[list[RunRecord], dict[str, str]]:
     """Run every system ``repeats`` times, interleaved; a failing system never stops the others."""
     ready, skipped = split_available(systems)
     records: list[RunRecord] = []
@@ -51,24 +52,41 @@ def run_systems(problem: Problem, systems: list[SystemSpec], repeats: int, setti
             records.append(rec)
             status = "ok" if rec.ok else "FAILED"
             rss = "?" if rec.peak_rss_mb is None else f"{rec.peak_rss_mb:.0f}"
-            log(f"  {status} in {rec.wall_s:.1f}s, peak RSS {rss} MiB"
-                 + (f"\n{rec.error}" if rec.error else ""))
+            log(f"  {status} in {rec.wall_s:.1f}s, peak RSS {rss} MiB" + (f"\n{rec.error}" if rec.error else ""))
     return records, skipped
 
 
 def settings_record(problem: Problem, settings: RunSettings, repeats: int) -> dict[str, Any]:
-    return {"problem": problem.name, "train_split": problem.train_split, "eval_split": problem.eval_split,
-            "threads": settings.threads, "topk": settings.topk, "repeats": repeats,
-            "stop_after": settings.stop_after, "date": report.now()}
+    return {
+        "problem": problem.name,
+        "train_split": problem.train_split,
+        "eval_split": problem.eval_split,
+        "threads": settings.threads,
+        "topk": settings.topk,
+        "repeats": repeats,
+        "stop_after": settings.stop_after,
+        "date": report.now(),
+    }
 
 
-def benchmark(problem: Problem, systems: list[SystemSpec], repeats: int, settings: RunSettings,
-              work_root: Path, reference: str | None) -> dict[str, Any]:
+def benchmark(
+    problem: Problem,
+    systems: list[SystemSpec],
+    repeats: int,
+    settings: RunSettings,
+    work_root: Path,
+    reference: str | None,
+) -> dict[str, Any]:
     """Run, aggregate and render one problem; returns the JSON-able result (table under ``markdown``)."""
     records, skipped = run_systems(problem, systems, repeats, settings, work_root)
-    result = {"settings": settings_record(problem, settings, repeats), "machine": report.machine_info(),
-              "commit": report.git_commit(REPO), "problem": problem.info,
-              "runs": [r.as_dict() for r in records], "skipped": skipped}
+    result = {
+        "settings": settings_record(problem, settings, repeats),
+        "machine": report.machine_info(),
+        "commit": report.git_commit(REPO),
+        "problem": problem.info,
+        "runs": [r.as_dict() for r in records],
+        "skipped": skipped,
+    }
     return render(result, reference)
 
 
@@ -77,8 +95,11 @@ def render(result: dict[str, Any], reference: str | None) -> dict[str, Any]:
     records = [RunRecord(**r) for r in result["runs"]]
     summary = report.summarize(records, reference)
     ref = reference if reference in summary else None
-    lines = [report.header(result["problem"], result["settings"], result["machine"], result["commit"]), "",
-             report.markdown_table(summary, ref)]
+    lines = [
+        report.header(result["problem"], result["settings"], result["machine"], result["commit"]),
+        "",
+        report.markdown_table(summary, ref),
+    ]
     failed = {r.system: _last_line(r.error or "") for r in records if not r.ok}
     notes = [f"- {name}: skipped ({why.splitlines()[0]})" for name, why in result["skipped"].items()]
     notes += [f"- {name}: failed ({why}; full log tail in the JSON)" for name, why in failed.items()]

@@ -2,9 +2,9 @@
 
 Peak RSS is the child's own ``VmHWM`` (reported by the child at its end, and polled from
 ``/proc/<pid>/status`` by the parent in case it dies first); ``ru_maxrss`` from ``wait4`` or
-``RUSAGE_CHILDREN`` would include this runner's memory, which Linux carries across fork+exec. Quality is computed here, in our
-environment, by ``xtransformer.metrics.evaluate`` on the top-k CSR each system wrote, so every
-system is scored by the same code on the same outputs.
+``RUSAGE_CHILDREN`` would include this runner's memory, which Linux carries across fork+exec.
+Quality is computed here, in our environment, by ``xtransformer.metrics.evaluate`` on the top-k CSR
+each system wrote, so every system is scored by the same code on the same outputs.
 """
 
 from __future__ import annotations
@@ -22,10 +22,14 @@ from benchmarks.systems import SystemSpec
 from benchmarks.workdata import Problem
 from xtransformer.utils.io import load_csr, load_json
 
-THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS",
-              "NUMEXPR_NUM_THREADS")
-QUIET_ENV = {"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-             "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+QUIET_ENV = {
+    "WANDB_MODE": "offline",
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONUNBUFFERED": "1",
+}
 
 
 @dataclass
@@ -64,8 +68,9 @@ def child_env(threads: int, is_peer: bool) -> dict[str, str]:
     return env
 
 
-def launch(argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float,
-           poll_s: float = 0.1) -> tuple[int, float, float | None]:
+def launch(
+    argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float, poll_s: float = 0.1
+) -> tuple[int, float, float | None]:
     """Run ``argv``; return (exit code, wall seconds, polled peak RSS of the child in MiB)."""
     with open(log_path, "w") as log:
         t0 = time.perf_counter()
@@ -109,10 +114,22 @@ def run_once(spec: SystemSpec, problem: Problem, run_dir: Path, repeat: int, set
     if spec.needs_xc_text:
         problem.ensure_xc_text(problem.train_split)
     argv = spec.argv() + [
-        "--data", str(problem.data_dir), "--out", str(run_dir),
-        "--train-split", problem.train_split, "--eval-split", problem.eval_split,
-        "--topk", str(settings.topk), "--threads", str(settings.threads),
-        "--seed", str(repeat), "--stop-after", settings.stop_after,
+        "--data",
+        str(problem.data_dir),
+        "--out",
+        str(run_dir),
+        "--train-split",
+        problem.train_split,
+        "--eval-split",
+        problem.eval_split,
+        "--topk",
+        str(settings.topk),
+        "--threads",
+        str(settings.threads),
+        "--seed",
+        str(repeat),
+        "--stop-after",
+        settings.stop_after,
         *settings.extra_args.get(spec.name, []),
     ]
     log_path = run_dir / "log.txt"

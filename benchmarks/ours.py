@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
-import scipy.sparse as sp
-
 import phases  # benchmarks/ is this script's folder, hence on sys.path
+import scipy.sparse as sp
 
 ADAPTERS: dict[str, type[phases.System]] = {}
 
@@ -88,11 +87,24 @@ class OursIndexing(_Ours):
         from xtransformer.indexing import hierarchical_kmeans, label_representation
 
         cfg = self.config()
-        Z, _ = label_representation(cfg.name, Y, X_tfidf=X, normalize_y_rows=cfg.normalize_y_rows,
-                                    orphan_fallback=cfg.orphan_fallback, seed=cfg.seed, threads=cfg.threads)
-        self.chain = hierarchical_kmeans(Z, n_clusters=cfg.n_clusters, max_leaf_size=cfg.max_leaf_size,
-                                         branching=cfg.branching, max_iter=cfg.max_iter, seed=cfg.seed,
-                                         threads=cfg.threads)
+        Z, _ = label_representation(
+            cfg.name,
+            Y,
+            X_tfidf=X,
+            normalize_y_rows=cfg.normalize_y_rows,
+            orphan_fallback=cfg.orphan_fallback,
+            seed=cfg.seed,
+            threads=cfg.threads,
+        )
+        self.chain = hierarchical_kmeans(
+            Z,
+            n_clusters=cfg.n_clusters,
+            max_leaf_size=cfg.max_leaf_size,
+            branching=cfg.branching,
+            max_iter=cfg.max_iter,
+            seed=cfg.seed,
+            threads=cfg.threads,
+        )
 
 
 @adapter("xrlinear")
@@ -107,8 +119,9 @@ class OursXRLinear(OursIndexing):
     def config(self):
         from xtransformer.indexing import IndexingConfig
 
-        return IndexingConfig(seed=self.seed, threads=self.threads, max_leaf_size=self.MAX_LEAF_SIZE,
-                              orphan_fallback="none")  # configs/xrlinear/default.yaml
+        return IndexingConfig(
+            seed=self.seed, threads=self.threads, max_leaf_size=self.MAX_LEAF_SIZE, orphan_fallback="none"
+        )  # configs/xrlinear/default.yaml
 
     def index(self, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
         super().index(X, Y)
@@ -157,7 +170,9 @@ class OursPipeline(_Ours):
             raise phases.PhaseError("ours-pipeline needs a text dataset (--dataset), not a synthetic problem")
         name, root = source["dataset"], source["root"]
         preset = self.CONFIGS / "data" / f"{name}.yaml"
-        self.data_overrides = [f"data={preset.stem}"] if preset.is_file() else ["data=custom", f"data.path={root}", f"data.name={name}"]
+        self.data_overrides = (
+            [f"data={preset.stem}"] if preset.is_file() else ["data=custom", f"data.path={root}", f"data.name={name}"]
+        )
         if source.get("max_docs"):
             self.data_overrides.append(f"data.max_docs={source['max_docs']}")
 
@@ -166,8 +181,16 @@ class OursPipeline(_Ours):
 
         from xtransformer.pipeline.run import run
 
-        overrides = [*self.data_overrides, "method=xtransformer", "train_xrlinear=false", "cache=false", "logger=none",
-                     f"seed={self.seed}", f"paths.output_dir={model_dir}", *self.args.override]
+        overrides = [
+            *self.data_overrides,
+            "method=xtransformer",
+            "train_xrlinear=false",
+            "cache=false",
+            "logger=none",
+            f"seed={self.seed}",
+            f"paths.output_dir={model_dir}",
+            *self.args.override,
+        ]
         with initialize_config_dir(config_dir=str(self.CONFIGS), version_base="1.3"):
             cfg = compose(config_name="train", overrides=overrides)
         self.metrics = run(cfg)
@@ -177,26 +200,40 @@ class OursPipeline(_Ours):
     def reported_seconds(self) -> dict[str, float]:
         laps = self.metrics["timings_s"]
         stage = {k.removeprefix("stage/"): v for k, v in laps.items() if k.startswith("stage/")}
-        return {"index": stage.get("indexing", 0.0), "train": laps["xtransformer_train"] - stage.get("indexing", 0.0),
-                "save": 0.0, "pipeline_total": laps["total"]}
+        return {
+            "index": stage.get("indexing", 0.0),
+            "train": laps["xtransformer_train"] - stage.get("indexing", 0.0),
+            "save": 0.0,
+            "pipeline_total": laps["total"],
+        }
 
     def predict(self, X: sp.csr_matrix, k: int, variant: str) -> sp.csr_matrix:
         pred = sp.load_npz(self.model_dir / "predictions" / f"{self.args.eval_split}.npz").tocsr()
         if pred.shape != (X.shape[0], self.n_labels):
-            raise phases.PhaseError(f"pipeline predictions have shape {pred.shape}, the benchmark's eval split "
-                                    f"{(X.shape[0], self.n_labels)}: its data settings differ from the benchmark's")
+            raise phases.PhaseError(
+                f"pipeline predictions have shape {pred.shape}, the benchmark's eval split "
+                f"{(X.shape[0], self.n_labels)}: its data settings differ from the benchmark's"
+            )
         return pred
 
     def extra_info(self) -> dict:
-        return {**super().extra_info(), "pipeline_timings_s": self.metrics["timings_s"],
-                "pipeline_metrics": self.metrics["metrics"], "overrides": self.args.override}
+        return {
+            **super().extra_info(),
+            "pipeline_timings_s": self.metrics["timings_s"],
+            "pipeline_metrics": self.metrics["metrics"],
+            "overrides": self.args.override,
+        }
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = [("--adapter", {"required": True, "choices": sorted(ADAPTERS)}),
-             ("--override", {"action": "append", "default": [],
-                             "help": "Hydra override for the pipeline adapter (repeatable)"})]
+    extra = [
+        ("--adapter", {"required": True, "choices": sorted(ADAPTERS)}),
+        (
+            "--override",
+            {"action": "append", "default": [], "help": "Hydra override for the pipeline adapter (repeatable)"},
+        ),
+    ]
     args = phases.parse_args(argv, extra)
     phases.run(ADAPTERS[args.adapter](args), args)
 

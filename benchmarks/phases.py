@@ -21,8 +21,9 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -176,7 +177,7 @@ class _Clock:
         self.seconds: dict[str, float] = {}
         self.rss_mb: dict[str, float] = {}
 
-    def phase(self, name: str) -> "_Phase":
+    def phase(self, name: str) -> _Phase:
         return _Phase(self, name)
 
 
@@ -192,8 +193,9 @@ class _Phase:
         self.clock.rss_mb[self.name] = max_rss_mb()
 
 
-def parse_args(argv: Sequence[str] | None = None,
-               extra: Sequence[tuple[str, dict[str, Any]]] = ()) -> argparse.Namespace:
+def parse_args(
+    argv: Sequence[str] | None = None, extra: Sequence[tuple[str, dict[str, Any]]] = ()
+) -> argparse.Namespace:
     """The arguments every system script takes, plus ``extra`` (flag, argparse kwargs) pairs."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, required=True, help="folder with X/Y.<split>.npz")
@@ -203,8 +205,9 @@ def parse_args(argv: Sequence[str] | None = None,
     p.add_argument("--topk", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--stop-after", choices=STAGES, default="predict",
-                   help="last phase to run (each needs the ones before it)")
+    p.add_argument(
+        "--stop-after", choices=STAGES, default="predict", help="last phase to run (each needs the ones before it)"
+    )
     for flag, kwargs in extra:
         p.add_argument(flag, **kwargs)
     args = p.parse_args(argv)
@@ -295,7 +298,8 @@ def single_doc_ms(system: System, X: sp.csr_matrix, k: int, variant: str, n: int
     return 1e3 * float(np.median(times))
 
 
-def main(system_cls: type[System], argv: Sequence[str] | None = None,
-         extra: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
+def main(
+    system_cls: type[System], argv: Sequence[str] | None = None, extra: Sequence[tuple[str, dict[str, Any]]] = ()
+) -> None:
     args = parse_args(argv, extra)
     run(system_cls(args), args)

@@ -9,9 +9,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from xtransformer.utils.io import atomic_path  # noqa: E402
+from xtransformer.utils.io import atomic_path
 
 # phase field -> (legend suffix, line style)
 PHASE_STYLES = {"index_s": ("index", "-"), "train_s": ("train", "--"), "predict_s": ("predict", ":")}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import phases  # noqa: E402
+import phases
 
 
 def _profiled(name: str, fn, top: int, trace: bool):
@@ -76,22 +76,38 @@ def main() -> None:
     X, Y = phases.load_split(args.data, info.get("train_split", "train"))
     model = HierarchicalLinear.load(args.model) if args.model else None
     if "index" in todo or "train" in todo:
-        cfg = IndexingConfig(seed=0, threads=args.threads, max_leaf_size=args.max_leaf_size or None,
-                             orphan_fallback="none")  # as configs/xrlinear
+        cfg = IndexingConfig(
+            seed=0, threads=args.threads, max_leaf_size=args.max_leaf_size or None, orphan_fallback="none"
+        )  # as configs/xrlinear
 
         def index():
-            Z, _ = label_representation(cfg.name, Y, X_tfidf=X, normalize_y_rows=cfg.normalize_y_rows,
-                                        orphan_fallback=cfg.orphan_fallback, seed=cfg.seed)
-            chain = hierarchical_kmeans(Z, n_clusters=cfg.n_clusters, max_leaf_size=cfg.max_leaf_size,
-                                        branching=cfg.branching, max_iter=cfg.max_iter, seed=cfg.seed,
-                                        threads=cfg.threads)
+            Z, _ = label_representation(
+                cfg.name,
+                Y,
+                X_tfidf=X,
+                normalize_y_rows=cfg.normalize_y_rows,
+                orphan_fallback=cfg.orphan_fallback,
+                seed=cfg.seed,
+            )
+            chain = hierarchical_kmeans(
+                Z,
+                n_clusters=cfg.n_clusters,
+                max_leaf_size=cfg.max_leaf_size,
+                branching=cfg.branching,
+                max_iter=cfg.max_iter,
+                seed=cfg.seed,
+                threads=cfg.threads,
+            )
             return chain.subsample(args.nr_splits) if args.nr_splits else chain
 
         chain = _profiled("index", index, args.top, args.tracemalloc)
     if "train" in todo:
-        model = _profiled("train", lambda: HierarchicalLinear.train(X, Y, list(chain),
-                                                                     HierarchicalLinearConfig(threads=args.threads)),
-                          args.top, args.tracemalloc)
+        model = _profiled(
+            "train",
+            lambda: HierarchicalLinear.train(X, Y, list(chain), HierarchicalLinearConfig(threads=args.threads)),
+            args.top,
+            args.tracemalloc,
+        )
     print(f"torch loaded: {'torch' in sys.modules}")
     if "predict" in todo:
         X_ev, _ = phases.load_split(args.data, args.eval_split or info.get("eval_split", "test"))

@@ -12,18 +12,31 @@ import os
 import platform
 import statistics
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from benchmarks.measure import RunRecord
 
 METRICS = ("P@1", "P@3", "P@5", "R@5", "nDCG@5")
 # (row field, column title, decimals); timings in seconds, memory in MiB
-TIMING_FIELDS = (("index_s", "index s", 2), ("train_s", "train s", 2), ("predict_s", "predict s", 2),
-                 ("docs_per_s", "docs/s", 0), ("single_ms", "1-doc ms", 2), ("peak_rss_mb", "peak RSS MiB", 0),
-                 ("model_mb", "model MiB", 1))
-RATIO_FIELDS = (("index_s", "index ×"), ("train_s", "train ×"), ("fit_s", "index+train ×"),
-                ("docs_per_s", "docs/s ×"), ("single_ms", "1-doc ms ×"), ("peak_rss_mb", "RSS ×"))
+TIMING_FIELDS = (
+    ("index_s", "index s", 2),
+    ("train_s", "train s", 2),
+    ("predict_s", "predict s", 2),
+    ("docs_per_s", "docs/s", 0),
+    ("single_ms", "1-doc ms", 2),
+    ("peak_rss_mb", "peak RSS MiB", 0),
+    ("model_mb", "model MiB", 1),
+)
+RATIO_FIELDS = (
+    ("index_s", "index ×"),
+    ("train_s", "train ×"),
+    ("fit_s", "index+train ×"),
+    ("docs_per_s", "docs/s ×"),
+    ("single_ms", "1-doc ms ×"),
+    ("peak_rss_mb", "RSS ×"),
+)
 
 
 def row_label(system: str, variant: str) -> str:
@@ -40,7 +53,8 @@ def _rows_of(record: RunRecord) -> dict[str, dict[str, float | None]]:
         "train_s": train_s,
         "fit_s": (index_s or 0.0) + train_s if train_s is not None else None,  # index-only rows have none
         "peak_rss_mb": record.peak_rss_mb,
-        "model_mb": None if train_s is None or record.timings.get("model_bytes") is None
+        "model_mb": None
+        if train_s is None or record.timings.get("model_bytes") is None
         else record.timings["model_bytes"] / 2**20,
     }
     preds = record.timings.get("predictions", {})
@@ -50,8 +64,13 @@ def _rows_of(record: RunRecord) -> dict[str, dict[str, float | None]]:
     for variant in record.timings.get("variants", sorted(preds)):
         p = preds[variant]
         timed = p["predict_s"] is not None
-        row = dict(base, load_s=p["load_s"], predict_s=p["predict_s"], single_ms=p.get("single_ms_p50"),
-                   docs_per_s=p["n_docs"] / max(p["predict_s"], 1e-9) if timed else None)
+        row = dict(
+            base,
+            load_s=p["load_s"],
+            predict_s=p["predict_s"],
+            single_ms=p.get("single_ms_p50"),
+            docs_per_s=p["n_docs"] / max(p["predict_s"], 1e-9) if timed else None,
+        )
         row.update(record.metrics.get(variant, {}))
         rows[row_label(record.system, variant)] = row
     return rows
@@ -78,8 +97,7 @@ def summarize(records: Iterable[RunRecord], reference: str | None) -> dict[str, 
         if reference is not None:
             ref = per_repeat[reference]
             for f, _ in RATIO_FIELDS:
-                ratios = [row[f] / ref[r][f] for r, row in by_rep.items()
-                          if r in ref and row.get(f) and ref[r].get(f)]
+                ratios = [row[f] / ref[r][f] for r, row in by_rep.items() if r in ref and row.get(f) and ref[r].get(f)]
                 if ratios:
                     out[f"ratio_{f}"] = _stat(ratios)
         summary[label] = out
@@ -123,14 +141,21 @@ def machine_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {"cores": os.cpu_count(), "ram_gib": round(mem_kib / 2**20, 1), "cpu": cpu,
-            "python": platform.python_version()}
+    return {
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem_kib / 2**20, 1),
+        "cpu": cpu,
+        "python": platform.python_version(),
+    }
 
 
 def git_commit(repo: Path) -> str:
     """Short HEAD hash, ``+dirty`` when the tree has changes; ``unknown`` outside git."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     try:
         head = git("rev-parse", "--short", "HEAD")

@@ -16,21 +16,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import benchmark, log, render, write_result  # noqa: E402
-from benchmarks.measure import RunSettings  # noqa: E402
-from benchmarks.phases import STAGES  # noqa: E402
-from benchmarks.scaling import run_scaling  # noqa: E402
-from benchmarks.synthetic import SyntheticError, SyntheticSpec  # noqa: E402
-from benchmarks.systems import REGISTRY, get_systems  # noqa: E402
-from benchmarks.workdata import prepare_dataset, prepare_synthetic  # noqa: E402
-from xtransformer.utils.io import load_json  # noqa: E402
+from benchmarks.harness import benchmark, log, render, write_result
+from benchmarks.measure import RunSettings
+from benchmarks.phases import STAGES
+from benchmarks.scaling import run_scaling
+from benchmarks.synthetic import SyntheticError, SyntheticSpec
+from benchmarks.systems import REGISTRY, get_systems
+from benchmarks.workdata import prepare_dataset, prepare_synthetic
+from xtransformer.utils.io import load_json
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_SYSTEMS = "pecos,napkinxc,omikuji,ours-indexing,ours-xrlinear"
@@ -78,17 +79,28 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--dataset", help="dataset name or folder in the standard layout (see xtransformer.data)")
     what.add_argument("--synthetic", metavar="NxL", help="synthetic problem with N train docs and L labels")
     what.add_argument("--scaling", action="store_true", help="growth curves on synthetic problems (PNG)")
-    what.add_argument("--rerender", type=Path, metavar="JSON",
-                      help="rebuild the table of a saved result (e.g. with another --reference)")
-    p.add_argument("--systems", default=None,
-                   help=f"comma list or 'all' (known: {', '.join(REGISTRY)}); default {DEFAULT_SYSTEMS} "
-                        f"({SCALING_SYSTEMS} with --scaling)")
+    what.add_argument(
+        "--rerender",
+        type=Path,
+        metavar="JSON",
+        help="rebuild the table of a saved result (e.g. with another --reference)",
+    )
+    p.add_argument(
+        "--systems",
+        default=None,
+        help=f"comma list or 'all' (known: {', '.join(REGISTRY)}); default {DEFAULT_SYSTEMS} "
+        f"({SCALING_SYSTEMS} with --scaling)",
+    )
     p.add_argument("--repeats", type=int, default=None, help="default 3 (1 with --scaling)")
     p.add_argument("--reference", default="pecos", help="row that ratios are taken against")
     p.add_argument("--topk", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--stop-after", choices=STAGES, default="predict",
-                   help="last phase to run: index, train or predict (e.g. train for scaling runs)")
+    p.add_argument(
+        "--stop-after",
+        choices=STAGES,
+        default="predict",
+        help="last phase to run: index, train or predict (e.g. train for scaling runs)",
+    )
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per system run")
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     p.add_argument("--work", type=Path, default=BENCH_DIR / "work", help="inputs, predictions, logs")
@@ -96,10 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-docs", type=int, default=None, help="first N docs of each split (quick runs)")
     p.add_argument("--rebuild-data", action="store_true")
     p.add_argument("--keep-models", action="store_true")
-    p.add_argument("--pipeline-override", action="append", default=[], metavar="KEY=VALUE",
-                   help="Hydra override for ours-pipeline (repeatable), e.g. matcher=tiny_bert")
-    p.add_argument("--tfidf", action="append", default=[], metavar="KEY=VALUE",
-                   help="a TF-IDF setting of --dataset's features (repeatable), e.g. lead_chars=600")
+    p.add_argument(
+        "--pipeline-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Hydra override for ours-pipeline (repeatable), e.g. matcher=tiny_bert",
+    )
+    p.add_argument(
+        "--tfidf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a TF-IDF setting of --dataset's features (repeatable), e.g. lead_chars=600",
+    )
     p.add_argument("--tag", default="", help="suffix of the result files: <out>/<problem>-<tag>.md/.json")
     syn = p.add_argument_group("synthetic problems")
     syn.add_argument("--n-test", type=int, default=2000)
@@ -122,23 +144,42 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(result["markdown"])
         return result
     systems = get_systems(args.systems or (SCALING_SYSTEMS if args.scaling else DEFAULT_SYSTEMS))
-    settings = RunSettings(topk=args.topk, threads=args.threads, stop_after=args.stop_after,
-                           timeout_s=args.timeout, keep_models=args.keep_models,
-                           extra_args={"ours-pipeline": [f"--override={o}" for o in args.pipeline_override]})
+    settings = RunSettings(
+        topk=args.topk,
+        threads=args.threads,
+        stop_after=args.stop_after,
+        timeout_s=args.timeout,
+        keep_models=args.keep_models,
+        extra_args={"ours-pipeline": [f"--override={o}" for o in args.pipeline_override]},
+    )
     base = SyntheticSpec(n_test=args.n_test, n_features=args.n_features, seed=args.seed)
     try:
         if args.scaling:
-            return run_scaling(base, systems, args.repeats or 1, settings, args.work, args.out, args.reference,
-                               labels=_int_list(args.scale_labels, "--scale-labels"),
-                               docs=_int_list(args.scale_docs, "--scale-docs"),
-                               fixed_docs=args.fixed_docs, fixed_labels=args.fixed_labels)
+            return run_scaling(
+                base,
+                systems,
+                args.repeats or 1,
+                settings,
+                args.work,
+                args.out,
+                args.reference,
+                labels=_int_list(args.scale_labels, "--scale-labels"),
+                docs=_int_list(args.scale_docs, "--scale-docs"),
+                fixed_docs=args.fixed_docs,
+                fixed_labels=args.fixed_labels,
+            )
         if args.synthetic:
             n_docs, n_labels = parse_synthetic(args.synthetic)
-            problem = prepare_synthetic(replace(base, n_train=n_docs, n_labels=n_labels), args.work,
-                                        args.rebuild_data)
+            problem = prepare_synthetic(replace(base, n_train=n_docs, n_labels=n_labels), args.work, args.rebuild_data)
         else:
-            problem = prepare_dataset(args.dataset, args.work, args.eval_split, args.max_docs, args.rebuild_data,
-                                      tfidf=tfidf_settings(args.tfidf))
+            problem = prepare_dataset(
+                args.dataset,
+                args.work,
+                args.eval_split,
+                args.max_docs,
+                args.rebuild_data,
+                tfidf=tfidf_settings(args.tfidf),
+            )
     except SyntheticError as exc:
         raise BenchmarkArgError(str(exc)) from exc
     result = benchmark(problem, systems, args.repeats or 3, settings, args.work, args.reference)

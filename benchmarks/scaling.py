@@ -22,13 +22,16 @@ from xtransformer.utils.io import atomic_path, save_json
 CURVE_FIELDS = (*PHASE_STYLES, "peak_rss_mb", "P@1")
 
 
-def scaling_points(labels: list[int], docs: list[int], fixed_docs: int, fixed_labels: int) -> list[tuple[str, int, int]]:
+def scaling_points(
+    labels: list[int], docs: list[int], fixed_docs: int, fixed_labels: int
+) -> list[tuple[str, int, int]]:
     """(axis, N, L) for every point of both curves."""
     return [("labels", fixed_docs, L) for L in labels] + [("docs", N, fixed_labels) for N in docs]
 
 
-def curves_from(results: dict[tuple[int, int], dict[str, Any]],
-                points: list[tuple[str, int, int]]) -> dict[str, dict[str, dict[str, list[list[float]]]]]:
+def curves_from(
+    results: dict[tuple[int, int], dict[str, Any]], points: list[tuple[str, int, int]]
+) -> dict[str, dict[str, dict[str, list[list[float]]]]]:
     """``{axis: {row: {field: [[x, median], ...]}}}`` from per-point summaries."""
     curves: dict[str, dict[str, dict[str, list[list[float]]]]] = {}
     for axis, n, L in points:
@@ -37,7 +40,8 @@ def curves_from(results: dict[tuple[int, int], dict[str, Any]],
             for field in CURVE_FIELDS:
                 if field in stats:
                     curves.setdefault(axis, {}).setdefault(row, {}).setdefault(field, []).append(
-                        [x, stats[field]["median"]])
+                        [x, stats[field]["median"]]
+                    )
     return curves
 
 
@@ -54,9 +58,20 @@ def curves_markdown(results: dict[tuple[int, int], dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_scaling(base: SyntheticSpec, systems: list[SystemSpec], repeats: int, settings: RunSettings,
-                work_root: Path, out_dir: Path, reference: str | None, *, labels: list[int],
-                docs: list[int], fixed_docs: int, fixed_labels: int) -> dict[str, Any]:
+def run_scaling(
+    base: SyntheticSpec,
+    systems: list[SystemSpec],
+    repeats: int,
+    settings: RunSettings,
+    work_root: Path,
+    out_dir: Path,
+    reference: str | None,
+    *,
+    labels: list[int],
+    docs: list[int],
+    fixed_docs: int,
+    fixed_labels: int,
+) -> dict[str, Any]:
     points = scaling_points(labels, docs, fixed_docs, fixed_labels)
     results: dict[tuple[int, int], dict[str, Any]] = {}
     for _, n, L in points:
@@ -68,16 +83,23 @@ def run_scaling(base: SyntheticSpec, systems: list[SystemSpec], repeats: int, se
     curves = curves_from(results, points)
     tag = f"n{fixed_docs}-l{fixed_labels}-f{base.n_features}"
     first = next(iter(results.values()))
-    title = (f"Synthetic scaling: L in {labels} at N={fixed_docs:,}; N in {docs} at L={fixed_labels:,}; "
-             f"F={base.n_features:,}; {settings.threads} threads; {first['settings']['date']}, "
-             f"{first['machine']['cores']} cores, commit {first['commit']}")
+    title = (
+        f"Synthetic scaling: L in {labels} at N={fixed_docs:,}; N in {docs} at L={fixed_labels:,}; "
+        f"F={base.n_features:,}; {settings.threads} threads; {first['settings']['date']}, "
+        f"{first['machine']['cores']} cores, commit {first['commit']}"
+    )
     png = plot_scaling(curves, out_dir / f"scaling-{tag}.png", title)
     markdown = f"{title}\n\n{curves_markdown(results)}\n\n![growth curves]({png.name})\n"
     with atomic_path(out_dir / f"scaling-{tag}.md") as tmp:
         tmp.write_text(markdown)
-    record = {"title": title, "points": [list(p) for p in points], "curves": curves,
-              "results": {f"{n}x{L}": r["summary"] for (n, L), r in results.items()},
-              "skipped": first["skipped"], "markdown": markdown}
+    record = {
+        "title": title,
+        "points": [list(p) for p in points],
+        "curves": curves,
+        "results": {f"{n}x{L}": r["summary"] for (n, L), r in results.items()},
+        "skipped": first["skipped"],
+        "markdown": markdown,
+    }
     save_json(record, out_dir / f"scaling-{tag}.json")
     print(markdown)
     log(f"wrote {png} and scaling-{tag}.md/.json")

@@ -81,8 +81,9 @@ def _label_words(spec: SyntheticSpec, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([from_group, specific], axis=1)
 
 
-def _counts(Y: sp.csr_matrix, words: np.ndarray, noise_p: np.ndarray, spec: SyntheticSpec,
-            rng: np.random.Generator) -> sp.csr_matrix:
+def _counts(
+    Y: sp.csr_matrix, words: np.ndarray, noise_p: np.ndarray, spec: SyntheticSpec, rng: np.random.Generator
+) -> sp.csr_matrix:
     """Term counts: topic-word draws for each (doc, label) pair plus background noise."""
     doc_of_pair = np.repeat(np.arange(Y.shape[0]), np.diff(Y.indptr))
     pair_rows = np.repeat(doc_of_pair, spec.label_draws)
@@ -114,8 +115,10 @@ def generate(spec: SyntheticSpec) -> dict[str, tuple[sp.csr_matrix, sp.csr_matri
     label_p = _power_law(spec.n_labels, spec.label_power, rng)
     noise_p = _power_law(spec.n_features, 1.0, rng)
     words = _label_words(spec, rng)
-    Ys = {split: _label_matrix(n, label_p, spec.labels_per_doc, rng)
-          for split, n in (("train", spec.n_train), ("test", spec.n_test))}
+    Ys = {
+        split: _label_matrix(n, label_p, spec.labels_per_doc, rng)
+        for split, n in (("train", spec.n_train), ("test", spec.n_test))
+    }
     Cs = {split: _counts(Y, words, noise_p, spec, rng) for split, Y in Ys.items()}
     df = np.bincount(Cs["train"].indices, minlength=spec.n_features)
     idf = (np.log((1.0 + spec.n_train) / (1.0 + df)) + 1.0).astype(np.float32)  # smooth idf

@@ -79,16 +79,36 @@ REGISTRY: dict[str, SystemSpec] = {
         _peer("pecos", "libpecos XLinearModel, PIFA + HierarchicalKMeans, defaults, C++ predict path"),
         _peer("napkinxc", "napkinXC PLT, defaults; exact (default) and beam search"),
         _peer("omikuji", "omikuji, Parabel-like defaults (3 trees)", needs_xc_text=True),
-        SystemSpec("popular", "k most frequent training labels for every document (sanity floor)",
-                   BENCH_DIR / "ours.py", args=("--adapter", "popular")),
-        _ours("ours-indexing", "xtransformer PIFA + hierarchical balanced k-means (index phase only)",
-              ("xtransformer.indexing:hierarchical_kmeans", "xtransformer.indexing:label_representation",
-               "xtransformer.indexing:IndexingConfig")),
-        _ours("ours-xrlinear", "xtransformer XR-Linear: our indexing + HierarchicalLinear ranker",
-              ("xtransformer.indexing:hierarchical_kmeans", "xtransformer.indexing:label_representation",
-               "xtransformer.ranker:HierarchicalLinear", "xtransformer.ranker:HierarchicalLinearConfig")),
-        _ours("ours-pipeline", "xtransformer full pipeline (matcher + ranker), default config; text datasets only",
-              ("xtransformer.pipeline.run:run", "hydra:compose")),
+        SystemSpec(
+            "popular",
+            "k most frequent training labels for every document (sanity floor)",
+            BENCH_DIR / "ours.py",
+            args=("--adapter", "popular"),
+        ),
+        _ours(
+            "ours-indexing",
+            "xtransformer PIFA + hierarchical balanced k-means (index phase only)",
+            (
+                "xtransformer.indexing:hierarchical_kmeans",
+                "xtransformer.indexing:label_representation",
+                "xtransformer.indexing:IndexingConfig",
+            ),
+        ),
+        _ours(
+            "ours-xrlinear",
+            "xtransformer XR-Linear: our indexing + HierarchicalLinear ranker",
+            (
+                "xtransformer.indexing:hierarchical_kmeans",
+                "xtransformer.indexing:label_representation",
+                "xtransformer.ranker:HierarchicalLinear",
+                "xtransformer.ranker:HierarchicalLinearConfig",
+            ),
+        ),
+        _ours(
+            "ours-pipeline",
+            "xtransformer full pipeline (matcher + ranker), default config; text datasets only",
+            ("xtransformer.pipeline.run:run", "hydra:compose"),
+        ),
     )
 }
 

@@ -18,6 +18,7 @@ from benchmarks.phases import PROBLEM_FILE, xc_text_file
 from benchmarks.synthetic import SyntheticSpec, generate
 from xtransformer.utils.io import atomic_dir, is_complete, load_csr, load_json, save_csr, save_json
 
+
 @dataclass(frozen=True)
 class Problem:
     """A prepared benchmark problem: where its matrices are and what they hold."""
@@ -51,22 +52,32 @@ def _shape_info(mats: dict[str, tuple[sp.csr_matrix, sp.csr_matrix]]) -> dict[st
         "n_labels": int(Y_tr.shape[1]),
         "labels_in_train": int((Y_tr.getnnz(axis=0) > 0).sum()),
         "splits": {
-            s: {"docs": int(X.shape[0]), "x_nnz_per_doc": round(X.nnz / max(X.shape[0], 1), 2),
-                "labels_per_doc": round(Y.nnz / max(Y.shape[0], 1), 3)}
+            s: {
+                "docs": int(X.shape[0]),
+                "x_nnz_per_doc": round(X.nnz / max(X.shape[0], 1), 2),
+                "labels_per_doc": round(Y.nnz / max(Y.shape[0], 1), 3),
+            }
             for s, (X, Y) in mats.items()
         },
     }
 
 
-def _write(folder: Path, name: str, train_split: str, eval_split: str,
-           mats: dict[str, tuple[sp.csr_matrix, sp.csr_matrix]], source: dict[str, Any]) -> Problem:
+def _write(
+    folder: Path,
+    name: str,
+    train_split: str,
+    eval_split: str,
+    mats: dict[str, tuple[sp.csr_matrix, sp.csr_matrix]],
+    source: dict[str, Any],
+) -> Problem:
     info = {"source": source, **_shape_info(mats)}
     with atomic_dir(folder) as tmp:
         for split, (X, Y) in mats.items():
             save_csr(X, tmp / f"X.{split}.npz")
             save_csr(Y, tmp / f"Y.{split}.npz")
-        save_json({"name": name, "train_split": train_split, "eval_split": eval_split, "info": info},
-                  tmp / PROBLEM_FILE)
+        save_json(
+            {"name": name, "train_split": train_split, "eval_split": eval_split, "info": info}, tmp / PROBLEM_FILE
+        )
     return _read(folder)
 
 
@@ -75,16 +86,23 @@ def _read(folder: Path) -> Problem:
     return Problem(meta["name"], folder, meta["train_split"], meta["eval_split"], meta["info"])
 
 
-def prepare_dataset(name: str, work_root: Path, eval_split: str | None = None,
-                    max_docs: int | None = None, rebuild: bool = False,
-                    tfidf: dict[str, Any] | None = None) -> Problem:
+def prepare_dataset(
+    name: str,
+    work_root: Path,
+    eval_split: str | None = None,
+    max_docs: int | None = None,
+    rebuild: bool = False,
+    tfidf: dict[str, Any] | None = None,
+) -> Problem:
     """Load ``name`` with the data layer, build its TF-IDF once (``TfidfConfig`` defaults, or those
     with the ``tfidf`` settings changed), write the npz pairs."""
     from xtransformer.data.tfidf import TfidfConfig
     from xtransformer.utils.io import settings_key
 
     cfg = TfidfConfig.from_mapping(tfidf or {})
-    suffix = (f"-max{max_docs}" if max_docs else "") + (f"-tfidf{settings_key(cfg.training_settings())[:8]}" if tfidf else "")
+    suffix = (f"-max{max_docs}" if max_docs else "") + (
+        f"-tfidf{settings_key(cfg.training_settings())[:8]}" if tfidf else ""
+    )
     folder = work_root.resolve() / f"{Path(name).name}{suffix}" / "data"
     if is_complete(folder) and not rebuild:
         problem = _read(folder)
@@ -97,9 +115,14 @@ def prepare_dataset(name: str, work_root: Path, eval_split: str | None = None,
     mats = {split: (X[split], ds.splits[split].Y) for split in ds.splits}
     from xtransformer.data.inputs import LabeledData
 
-    source = {"dataset": ds.name, "root": str(ds.root), "train_key": LabeledData.from_split(ds, "train").key,
-              "dev_carved_from_train": ds.dev_carved_from_train, "max_docs": max_docs,
-              "tfidf": cfg.training_settings() if tfidf else "xtransformer TfidfConfig defaults"}
+    source = {
+        "dataset": ds.name,
+        "root": str(ds.root),
+        "train_key": LabeledData.from_split(ds, "train").key,
+        "dev_carved_from_train": ds.dev_carved_from_train,
+        "max_docs": max_docs,
+        "tfidf": cfg.training_settings() if tfidf else "xtransformer TfidfConfig defaults",
+    }
     return _write(folder, ds.name + suffix, "train", ds.eval_split, mats, source)
 
 
@@ -112,4 +135,3 @@ def prepare_synthetic(spec: SyntheticSpec, work_root: Path, rebuild: bool = Fals
             return problem
     mats = generate(spec)
     return _write(folder, spec.tag, "train", "test", mats, {"synthetic": spec.as_dict()})
-

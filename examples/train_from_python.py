@@ -37,10 +37,23 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     # TF-IDF ⊕ its embeddings. A stage cache keeps every stage: running this again reuses them.
     with TrainContext(cache=StageCache(out / "cache")) as ctx:
         xrtransformer = XRTransformer.fit(
-            train.texts, train.Y, **labels, context=ctx, indexing={"n_clusters": 16},
-            matcher={"model_name_or_path": args.encoder, "max_length": 64, "batch_size": 32, "lr": 1e-4,
-                     "head_lr": 1e-3, "level_steps": args.steps, "dropout": 0.0, "progress": False},
-            xrtransformer={"nr_splits": 16})
+            train.texts,
+            train.Y,
+            **labels,
+            context=ctx,
+            indexing={"n_clusters": 16},
+            matcher={
+                "model_name_or_path": args.encoder,
+                "max_length": 64,
+                "batch_size": 32,
+                "lr": 1e-4,
+                "head_lr": 1e-3,
+                "level_steps": args.steps,
+                "dropout": 0.0,
+                "progress": False,
+            },
+            xrtransformer={"nr_splits": 16},
+        )
     both = Combination([xrtransformer, xrlinear], method="average")
 
     scores = {}

@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -45,8 +46,11 @@ def describe(experiment: str | None, overrides: Sequence[str] = ()) -> str:
 
 def experiment_options(ap: argparse.ArgumentParser, default: str = EXPERIMENT) -> None:
     """``--experiment NAME`` and Hydra overrides after the options (e.g. ``data=reuters21578``)."""
-    ap.add_argument("--experiment", default=default,
-                    help=f"the experiment whose settings the overrides amend (default {default}; '' for none)")
+    ap.add_argument(
+        "--experiment",
+        default=default,
+        help=f"the experiment whose settings the overrides amend (default {default}; '' for none)",
+    )
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, as train.py takes them")
 
 
@@ -77,18 +81,25 @@ class RunFolder:
         from xtransformer import XMCModel
 
         if not (self.folder / "model" / method).is_dir():
-            raise SystemExit(f"error: --run {self.folder}: no model/{method} (a run with method={method}, "
-                             "or with train_xrlinear=true for xrlinear)")
+            raise SystemExit(
+                f"error: --run {self.folder}: no model/{method} (a run with method={method}, "
+                "or with train_xrlinear=true for xrlinear)"
+            )
         return XMCModel.load(self.folder, method)
 
 
 def run_option(ap: argparse.ArgumentParser, what: str) -> None:
-    ap.add_argument("--run", type=Path, required=True,
-                    help=f"output folder of a finished `python train.py {what}` run (its model/ folders are loaded)")
+    ap.add_argument(
+        "--run",
+        type=Path,
+        required=True,
+        help=f"output folder of a finished `python train.py {what}` run (its model/ folders are loaded)",
+    )
 
 
 def same_tfidf(a: Any, b: Any) -> bool:
     """Whether two model folders hold the same TF-IDF vectoriser (their manifests' checksums)."""
+
     def files(m: Any) -> dict[str, str]:
         return {k: v for k, v in m.manifest["files"].items() if k.startswith("tfidf/")}
 
@@ -142,8 +153,10 @@ def final_model_settings(fcfg: Any, **changes: Any) -> Any:
     import dataclasses
 
     if fcfg.tree != "recluster":
-        raise SystemExit("error: xrtransformer.final.tree=same trains on the fine-tuning tree; these studies need "
-                         "xrtransformer.final.tree=recluster")
+        raise SystemExit(
+            "error: xrtransformer.final.tree=same trains on the fine-tuning tree; these studies need "
+            "xrtransformer.final.tree=recluster"
+        )
     return dataclasses.replace(fcfg, **changes).as_xrlinear()
 
 
@@ -179,8 +192,12 @@ def selection_parser(doc: str) -> argparse.ArgumentParser:
 
 
 def results_option(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--results", type=Path, default=RESULTS,
-                    help="folder the table goes to (default benchmarks/results; a trial run: a scratch folder)")
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="folder the table goes to (default benchmarks/results; a trial run: a scratch folder)",
+    )
 
 
 def rounded(metrics: dict[str, float]) -> dict[str, float]:

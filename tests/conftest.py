@@ -8,8 +8,12 @@ import os
 
 import pytest
 
-for _key, _value in {"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-                     "TOKENIZERS_PARALLELISM": "false"}.items():
+for _key, _value in {
+    "WANDB_MODE": "offline",
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}.items():
     os.environ.setdefault(_key, _value)  # no network here, and no progress noise in the logs
 
 

@@ -7,16 +7,20 @@ from typing import Any
 
 import lightning.pytorch as pl
 import scipy.sparse as sp
-
 from tiny_models import tiny_model_dir, toy_xmc
+
 from xtransformer.cache import StageCache
 from xtransformer.context import TrainContext
 from xtransformer.data.inputs import LabeledData
 from xtransformer.matcher import MatcherConfig, fine_tune_matcher
 
 # the Trainer kwargs beside placement and precision (TrainContext.lightning)
-TRAINER = {"enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
-           "log_every_n_steps": 1}
+TRAINER = {
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+    "num_sanity_val_steps": 0,
+    "log_every_n_steps": 1,
+}
 
 
 class LossRecorder(pl.Callback):
@@ -29,9 +33,21 @@ class LossRecorder(pl.Callback):
 
 def matcher_cfg(tmp_path: Path, **overrides: Any) -> MatcherConfig:
     # Mean pooling: a random tiny model's first token needs far more steps to learn to summarise.
-    values = dict(model_name_or_path=str(tiny_model_dir("bert")), pooling="mean", max_length=32, batch_size=16,
-                  lr=3e-3, head_lr=3e-2, warmup_ratio=0.2, max_steps=36, topb=3, checkpoint_every_n_steps=10,
-                  val_every_n_steps=12, cache_dir=str(tmp_path / "cache"), progress=False)
+    values = {
+        "model_name_or_path": str(tiny_model_dir("bert")),
+        "pooling": "mean",
+        "max_length": 32,
+        "batch_size": 16,
+        "lr": 3e-3,
+        "head_lr": 3e-2,
+        "warmup_ratio": 0.2,
+        "max_steps": 36,
+        "topb": 3,
+        "checkpoint_every_n_steps": 10,
+        "val_every_n_steps": 12,
+        "cache_dir": str(tmp_path / "cache"),
+        "progress": False,
+    }
     values.update(overrides)
     return MatcherConfig(**values)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-
 from tiny_models import toy_xmc
+
 from xtransformer.data.tfidf import TfidfConfig, TfidfFeatures
 from xtransformer.methods.base import ModelRecords
 from xtransformer.methods.xrlinear import XRLinear

@@ -40,7 +40,6 @@ def compose_run(overrides: list[str], tmp_path: Path):
         )
 
 
-
 def write_text_dataset(folder: Path, splits: dict[str, tuple[list[str], list[str]]], label_map=None, label_text=None):
     folder.mkdir(parents=True, exist_ok=True)
     for s, (texts, labels) in splits.items():

@@ -49,8 +49,9 @@ class Served:
             return self.proc.wait(timeout=10)
 
 
-def start(model: Path | str, *args: str, slow: float | None = None, gate: Path | None = None,
-          timeout: float = 90) -> Served:
+def start(
+    model: Path | str, *args: str, slow: float | None = None, gate: Path | None = None, timeout: float = 90
+) -> Served:
     """``xmc-serve --model model --port <free> args...`` (``slow``: seconds added to every forward pass,
     ``gate``: a pass waits while this file exists; see ``slow_serve.py``)."""
     port = free_port()
@@ -59,8 +60,12 @@ def start(model: Path | str, *args: str, slow: float | None = None, gate: Path |
     else:
         cmd = [sys.executable, str(TESTS / "slow_serve.py"), "--delay", str(slow)]
         cmd += ["--gate", str(gate)] if gate is not None else []
-    proc = subprocess.Popen([*cmd, "--model", str(model), "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*cmd, "--model", str(model), "--port", str(port), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     served = Served(proc, f"http://{HOST}:{port}")
 
     def read() -> None:

@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument("--delay", type=float, required=True)
     pre.add_argument("--gate", type=Path, default=None)
     ours, rest = pre.parse_known_args(argv)
-    return serve.serve(serve.parser().parse_args(rest), wrap_model=lambda model: SlowModel(model, ours.delay, ours.gate))
+    return serve.serve(
+        serve.parser().parse_args(rest), wrap_model=lambda model: SlowModel(model, ours.delay, ours.gate)
+    )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ import functools
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,11 +25,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 
-from xtransformer.encoders import TinySpec, build_tiny_model  # noqa: E402
+from xtransformer.encoders import TinySpec, build_tiny_model
 
 FAMILIES = ("bert", "roberta", "xlnet")
 # Tests want milliseconds per step: smaller than the pipeline's tiny:* models.
-TEST_SHAPE = dict(hidden=32, layers=2, heads=2, intermediate=64, vocab_size=600, max_positions=256)
+TEST_SHAPE = {"hidden": 32, "layers": 2, "heads": 2, "intermediate": 64, "vocab_size": 600, "max_positions": 256}
 
 
 def tiny_spec(family: str, **overrides: int) -> TinySpec:
@@ -52,7 +52,7 @@ def _session_dir() -> Path:
     return _SESSION_DIR
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tiny_model_dir(family: str) -> Path:
     """A tiny ``family`` model trained-tokenizer folder, built once per process (toy corpus)."""
     return build_tiny(family, _session_dir() / f"tiny-{family}")
@@ -83,8 +83,8 @@ def toy_xmc(
     keywords with shared filler words. Labels ``l`` go to cluster ``l % n_clusters``."""
     rng = np.random.default_rng(seed)
     words = _pseudo_words(rng, 3 * n_labels + 40)
-    keywords = [words[3 * l:3 * l + 3] for l in range(n_labels)]
-    filler = words[3 * n_labels:]
+    keywords = [words[3 * j : 3 * j + 3] for j in range(n_labels)]
+    filler = words[3 * n_labels :]
     texts: dict[str, list[str]] = {}
     Y: dict[str, sp.csr_matrix] = {}
     for split, n in (("train", n_train), ("dev", n_dev), ("test", n_test)):
@@ -92,16 +92,18 @@ def toy_xmc(
         for i in range(n):
             labels = rng.choice(n_labels, size=int(rng.integers(1, 3)), replace=False)
             tokens = list(rng.choice(filler, size=int(rng.integers(8, 20))))
-            for l in labels:
-                tokens += list(rng.choice(keywords[l], size=3))
+            for j in labels:
+                tokens += list(rng.choice(keywords[j], size=3))
             rng.shuffle(tokens)
             docs.append(" ".join(tokens) + ".")
             rows += [i] * len(labels)
             cols += list(labels)
         texts[split] = docs
         Y[split] = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(n, n_labels))
-    C = sp.csr_matrix((np.ones(n_labels, np.float32), (np.arange(n_labels), np.arange(n_labels) % n_clusters)),
-                      shape=(n_labels, n_clusters))
+    C = sp.csr_matrix(
+        (np.ones(n_labels, np.float32), (np.arange(n_labels), np.arange(n_labels) % n_clusters)),
+        shape=(n_labels, n_clusters),
+    )
     return texts, Y, C
 
 

@@ -42,14 +42,16 @@ class Popularity(XMCModel):
         return {"popularity": settings_key("popularity", data_key, s.popularity.training_settings())}
 
     @classmethod
-    def _fit(cls, data: Any, s: PopularitySettings, ctx: Any, validation: Any, keys: dict[str, str]) -> "Popularity":
+    def _fit(cls, data: Any, s: PopularitySettings, ctx: Any, validation: Any, keys: dict[str, str]) -> Popularity:
         def build(tmp: Path) -> None:
             counts = np.asarray(data.Y.sum(axis=0)).ravel() + s.popularity.smoothing
             np.save(tmp / "scores.npy", (counts / counts.sum()).astype(np.float32))
 
         folder = ctx.cache.run("popularity", keys["popularity"], build, settings=s.popularity.training_settings())
-        model = cls(ModelRecords.of(data, s.popularity.prediction_settings(), s.training_settings()),
-                    np.load(folder / "scores.npy"))
+        model = cls(
+            ModelRecords.of(data, s.popularity.prediction_settings(), s.training_settings()),
+            np.load(folder / "scores.npy"),
+        )
         model.report = {"stage_keys": keys}
         return model
 
@@ -70,5 +72,5 @@ class Popularity(XMCModel):
         return {"kind": self.kind, "scores": "scores.npy"}
 
     @classmethod
-    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "Popularity":
+    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> Popularity:
         return cls(records, np.load(folder / components["scores"]))

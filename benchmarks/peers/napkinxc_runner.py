@@ -14,11 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for `phases`
 
-import numpy as np  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
-from napkinxc.models import PLT  # noqa: E402
-
-import phases  # noqa: E402
+import numpy as np
+import phases
+import scipy.sparse as sp
+from napkinxc.models import PLT
 
 
 class Napkinxc(phases.System):
@@ -45,9 +44,12 @@ class Napkinxc(phases.System):
     def extra_info(self) -> dict:
         from importlib.metadata import version
 
-        return {"library": "napkinxc", "version": version("napkinxc"),
-                "settings": "PLT defaults (hierarchicalKmeans arity 2, liblinear log loss); "
-                            "variants: exact search (default) and beam search (width 10)"}
+        return {
+            "library": "napkinxc",
+            "version": version("napkinxc"),
+            "settings": "PLT defaults (hierarchicalKmeans arity 2, liblinear log loss); "
+            "variants: exact search (default) and beam search (width 10)",
+        }
 
 
 def _pairs_to_csr(rows: list, n_labels: int) -> sp.csr_matrix:

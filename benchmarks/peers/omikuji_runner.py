@@ -12,11 +12,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for `phases`
 
-import numpy as np  # noqa: E402
-import omikuji  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
-
-import phases  # noqa: E402
+import numpy as np
+import omikuji
+import phases
+import scipy.sparse as sp
 
 
 class Omikuji(phases.System):
@@ -53,9 +52,12 @@ class Omikuji(phases.System):
         from importlib.metadata import version
 
         hp = omikuji.Model.default_hyper_param()
-        return {"library": "omikuji", "version": version("omikuji"),
-                "settings": f"default_hyper_param (n_trees={hp.n_trees}, cluster_k={hp.cluster_k}, "
-                            f"max_depth={hp.max_depth}), beam 10, predict one doc per call"}
+        return {
+            "library": "omikuji",
+            "version": version("omikuji"),
+            "settings": f"default_hyper_param (n_trees={hp.n_trees}, cluster_k={hp.cluster_k}, "
+            f"max_depth={hp.max_depth}), beam 10, predict one doc per call",
+        }
 
 
 if __name__ == "__main__":

@@ -11,11 +11,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for `phases`
 
-import scipy.sparse as sp  # noqa: E402
-from pecos.xmc import Indexer, LabelEmbeddingFactory  # noqa: E402
-from pecos.xmc.xlinear.model import XLinearModel  # noqa: E402
-
-import phases  # noqa: E402
+import phases
+import scipy.sparse as sp
+from pecos.xmc import Indexer, LabelEmbeddingFactory
+from pecos.xmc.xlinear.model import XLinearModel
 
 
 class Pecos(phases.System):
@@ -23,8 +22,7 @@ class Pecos(phases.System):
 
     def index(self, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
         label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa")
-        self.chain = Indexer.gen(label_feat, indexer_type="hierarchicalkmeans",
-                                 threads=self.threads, seed=self.seed)
+        self.chain = Indexer.gen(label_feat, indexer_type="hierarchicalkmeans", threads=self.threads, seed=self.seed)
 
     def train(self, X: sp.csr_matrix, Y: sp.csr_matrix, model_dir: Path) -> None:
         self.model = XLinearModel.train(X, Y, C=self.chain, threads=self.threads)
@@ -42,9 +40,11 @@ class Pecos(phases.System):
     def extra_info(self) -> dict:
         import pecos
 
-        return {"library": "libpecos", "version": pecos.__version__,
-                "settings": "PIFA + hierarchicalkmeans (defaults), XLinearModel.train defaults, "
-                            "predict-only C++ path"}
+        return {
+            "library": "libpecos",
+            "version": pecos.__version__,
+            "settings": "PIFA + hierarchicalkmeans (defaults), XLinearModel.train defaults, predict-only C++ path",
+        }
 
 
 if __name__ == "__main__":

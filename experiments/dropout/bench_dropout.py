@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import results_option, save_table  # noqa: E402
+from common import results_option, save_table
 
 SHAPES = ((8, 128), (32, 64))
 # (row, hidden-state rate, attention rate); MiniLM's own rates are 0.1 / 0.1
@@ -79,16 +79,20 @@ def main(argv: list[str] | None = None) -> None:
         print(row, flush=True)
     base = rows[0]
     cpu_name = torch.cpu.get_capabilities().get("cpu_name")
-    lines = [f"`python experiments/dropout/bench_dropout.py --tag {args.tag} --steps {args.steps}` "
-             f"(2 threads; {cpu_name}; "
-             f"precision {precision}; median of {args.steps} steps)", "",
-             "| MiniLM dropout while fine-tuning | step, 8 x 128 tokens s | x | step, 32 x 64 tokens s | x |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"`python experiments/dropout/bench_dropout.py --tag {args.tag} --steps {args.steps}` "
+        f"(2 threads; {cpu_name}; "
+        f"precision {precision}; median of {args.steps} steps)",
+        "",
+        "| MiniLM dropout while fine-tuning | step, 8 x 128 tokens s | x | step, 32 x 64 tokens s | x |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
         cells = [f"{r[f'{n}x{m}']} | {base[f'{n}x{m}'] / r[f'{n}x{m}']:.2f}" for n, m in SHAPES]
         lines.append(f"| {r['dropout']} | " + " | ".join(cells) + " |")
-    save_table(args.results, f"dropout-{args.tag}", {"precision": precision, "cpu": cpu_name, "rows": rows},
-               "\n".join(lines))
+    save_table(
+        args.results, f"dropout-{args.tag}", {"precision": precision, "cpu": cpu_name, "rows": rows}, "\n".join(lines)
+    )
 
 
 if __name__ == "__main__":

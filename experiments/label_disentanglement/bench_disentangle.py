@@ -38,12 +38,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]  # benchmarks.workdata; the studies' shared helpers
 
-from benchmarks.workdata import prepare_dataset  # noqa: E402
-from common import RunFolder, embeddings, final_rows  # noqa: E402
-from xtransformer.indexing import IndexingConfig, build_index, cluster_counts, overlap_summary, reassign  # noqa: E402
-from xtransformer.metrics import evaluate, propensity  # noqa: E402
-from xtransformer.utils.io import save_csr  # noqa: E402
-from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig  # noqa: E402
+from common import RunFolder, embeddings, final_rows
+
+from benchmarks.workdata import prepare_dataset
+from xtransformer.indexing import IndexingConfig, build_index, cluster_counts, overlap_summary, reassign
+from xtransformer.metrics import evaluate, propensity
+from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
+from xtransformer.utils.io import save_csr
 
 KEYS = ("P@1", "P@3", "P@5", "R@5", "PSP@5")
 NR_SPLITS, MAX_LEAF_SIZE = 16, 100  # configs/xrlinear/default.yaml
@@ -76,8 +77,11 @@ def measure(model: HierarchicalLinear, X, Y, inv_prop, repeats: int, save: Path 
         scores[merge] = {k: round(float(m[k]), 2) for k in KEYS}
     if model.copies is not None:
         model.copies.merge = "max"
-    return scores, {"predict_s": round(best, 3), "docs_per_s": round(X.shape[0] / best, 1),
-                    "predict_cpu_ms_per_doc": round(1000 * best_cpu / X.shape[0], 4)}
+    return scores, {
+        "predict_s": round(best, 3),
+        "docs_per_s": round(X.shape[0] / best, 1),
+        "predict_cpu_ms_per_doc": round(1000 * best_cpu / X.shape[0], 4),
+    }
 
 
 def model_bytes(model: HierarchicalLinear) -> int:
@@ -87,40 +91,52 @@ def model_bytes(model: HierarchicalLinear) -> int:
 
 
 def render(rows: list[dict], meta: dict) -> str:
-    head = ("| λ | cap | merge | P@1 | P@3 | P@5 | R@5 | PSP@5 | train s | train CPU s | predict docs/s "
-            "| predict CPU ms/doc | × λ=1 CPU/doc "
-            "| model MB | labels in >1 cluster | clusters/label | largest cluster |")
-    lines = [f"Dataset {meta['dataset']} ({meta['eval_split']} split, {meta['n_eval']} docs; "
-             f"{meta['n_labels']} labels, K = {meta['n_clusters']} leaf clusters, tree {meta['level_sizes']}), "
-             + (f"XR-Linear (`HierarchicalLinearConfig` defaults: tfn, beam {meta['beam']}, "
-                f"{meta['threads']} threads), "
-                if not meta.get("run") else
-                f"XR-Transformer's final model (XR-Linear on TF-IDF ⊕ the embeddings of run `{meta['run']}`'s "
-                "fine-tuned encoder, "
-                f"tree re-clustered on PIFA of those features; {meta.get('negatives', 'tfn')}, pruned at "
-                f"{meta['threshold']}, beam {meta['beam']}, "
-                f"{meta['threads']} threads), ")
-             + f"counts from the λ = 1 model's beam search (width {meta['beam']}) over {meta['n_train']} training docs "
-             f"({meta['search_s']} s); cap = `max_cluster_growth` (none: the paper's/PECOS's uncapped walk). "
-             "Run on a shared 2-core machine beside other jobs: wall "
-             "seconds and docs/s swing with the load; CPU seconds (`time.process_time`, all threads) are the "
-             "cost measure, and the × column compares prediction CPU per document with λ = 1.",
-             "", head, "|" + "---|" * (head.count("|") - 1)]
+    head = (
+        "| λ | cap | merge | P@1 | P@3 | P@5 | R@5 | PSP@5 | train s | train CPU s | predict docs/s "
+        "| predict CPU ms/doc | × λ=1 CPU/doc "
+        "| model MB | labels in >1 cluster | clusters/label | largest cluster |"
+    )
+    lines = [
+        f"Dataset {meta['dataset']} ({meta['eval_split']} split, {meta['n_eval']} docs; "
+        f"{meta['n_labels']} labels, K = {meta['n_clusters']} leaf clusters, tree {meta['level_sizes']}), "
+        + (
+            f"XR-Linear (`HierarchicalLinearConfig` defaults: tfn, beam {meta['beam']}, {meta['threads']} threads), "
+            if not meta.get("run")
+            else f"XR-Transformer's final model (XR-Linear on TF-IDF ⊕ the embeddings of run `{meta['run']}`'s "
+            "fine-tuned encoder, "
+            f"tree re-clustered on PIFA of those features; {meta.get('negatives', 'tfn')}, pruned at "
+            f"{meta['threshold']}, beam {meta['beam']}, "
+            f"{meta['threads']} threads), "
+        )
+        + f"counts from the λ = 1 model's beam search (width {meta['beam']}) over {meta['n_train']} training docs "
+        f"({meta['search_s']} s); cap = `max_cluster_growth` (none: the paper's/PECOS's uncapped walk). "
+        "Run on a shared 2-core machine beside other jobs: wall "
+        "seconds and docs/s swing with the load; CPU seconds (`time.process_time`, all threads) are the "
+        "cost measure, and the × column compares prediction CPU per document with λ = 1.",
+        "",
+        head,
+        "|" + "---|" * (head.count("|") - 1),
+    ]
     base = rows[0]
     for r in rows:
         for merge, s in r["scores"].items():
             first = merge == "max"
-            train = ((f"{r['train_total_s']:.1f} ({r['train_s']:.1f})" if r["n_copies"] > 1 else f"{r['train_s']:.1f}")
-                     if first else "")
+            train = (
+                (f"{r['train_total_s']:.1f} ({r['train_s']:.1f})" if r["n_copies"] > 1 else f"{r['train_s']:.1f}")
+                if first
+                else ""
+            )
             ratio = r["predict_cpu_ms_per_doc"] / base["predict_cpu_ms_per_doc"]
             lines.append(
-                f"| {r['n_copies']} | {r['cap'] or 'none'} | {merge} | " + " | ".join(f"{s[k]:.2f}" for k in KEYS)
+                f"| {r['n_copies']} | {r['cap'] or 'none'} | {merge} | "
+                + " | ".join(f"{s[k]:.2f}" for k in KEYS)
                 + f" | {train} | {r['train_cpu_s']:.1f} | {r['docs_per_s']:.0f} | {r['predict_cpu_ms_per_doc']:.3f}"
                 + f" | {ratio:.2f} | {r['model_bytes'] / 2**20:.1f}"
                 + f" | {r['labels_in_multiple_clusters']} | {r['mean_clusters_per_label']:.2f} | "
                 + f"{r['largest_cluster']} |"
-                if first else
-                f"| {r['n_copies']} | {r['cap'] or 'none'} | {merge} | " + " | ".join(f"{s[k]:.2f}" for k in KEYS)
+                if first
+                else f"| {r['n_copies']} | {r['cap'] or 'none'} | {merge} | "
+                + " | ".join(f"{s[k]:.2f}" for k in KEYS)
                 + " | | | | | | | | | |"
             )
     return "\n".join(lines) + "\n"
@@ -137,8 +153,9 @@ def run_final_rows(run: Path, dataset: str, X: dict, work: Path) -> dict:
     for split, rows in X.items():
         texts = ds.splits[split].texts
         if texts is None or len(texts) != rows.shape[0]:
-            raise SystemExit(f"bench_disentangle: --run {run}: the {split} split has no texts or not "
-                             f"{rows.shape[0]} of them")
+            raise SystemExit(
+                f"bench_disentangle: --run {run}: the {split} split has no texts or not {rows.shape[0]} of them"
+            )
         out[split] = final_rows(model, rows, embeddings(model, texts, work))
     return out
 
@@ -147,29 +164,46 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="reuters21578", help="dataset name under the data dir, or a path")
     ap.add_argument("--copies", default="1,2,3,4,6", help="comma list of λ (1 first: the partition baseline)")
-    ap.add_argument("--n-clusters", type=int, default=16,
-                    help="leaf clusters K; 0: max_leaf_size 100 as configs/xrlinear (EURLEX57K: K = 64)")
+    ap.add_argument(
+        "--n-clusters",
+        type=int,
+        default=16,
+        help="leaf clusters K; 0: max_leaf_size 100 as configs/xrlinear (EURLEX57K: K = 64)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--beam", type=int, default=10, help="beam width of prediction and of the counting search")
     ap.add_argument("--topk", type=int, default=10)
     ap.add_argument("--max-cluster-growth", type=float, default=1.2, help="cap (configs/indexing default); 0: none")
     ap.add_argument("--uncapped", default="", help="comma list of λ to run again without the cap (after the sweep)")
     ap.add_argument("--min-count", type=int, default=1)
-    ap.add_argument("--run", type=Path, default=None,
-                    help="output folder of a finished XR-Transformer train.py run: the features become TF-IDF ⊕ "
-                         "its encoder's embeddings (XR-Transformer's final model)")
-    ap.add_argument("--orphan-fallback", default="auto",
-                    help="labels without positives: auto | random_label | none (IndexingConfig.orphan_fallback)")
+    ap.add_argument(
+        "--run",
+        type=Path,
+        default=None,
+        help="output folder of a finished XR-Transformer train.py run: the features become TF-IDF ⊕ "
+        "its encoder's embeddings (XR-Transformer's final model)",
+    )
+    ap.add_argument(
+        "--orphan-fallback",
+        default="auto",
+        help="labels without positives: auto | random_label | none (IndexingConfig.orphan_fallback)",
+    )
     ap.add_argument("--negatives", default="tfn", help="tfn | man | tfn+man (XR-Transformer's final model: tfn+man)")
-    ap.add_argument("--save-predictions", type=Path, default=None,
-                    help="folder for each row's eval-split predictions (lambda<k>-<cap>-<merge>.npz), e.g. to "
-                         "combine with another model")
-    ap.add_argument("--threshold", type=float, default=0.1,
-                    help="weight pruning (XR-Linear 0.1; XR-Transformer's final model 0.01)")
+    ap.add_argument(
+        "--save-predictions",
+        type=Path,
+        default=None,
+        help="folder for each row's eval-split predictions (lambda<k>-<cap>-<merge>.npz), e.g. to "
+        "combine with another model",
+    )
+    ap.add_argument(
+        "--threshold", type=float, default=0.1, help="weight pruning (XR-Linear 0.1; XR-Transformer's final model 0.01)"
+    )
     ap.add_argument("--predict-repeats", type=int, default=3)
     ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work" / "disentangle")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="result file stem (default benchmarks/results/disentangle-<dataset>)")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="result file stem (default benchmarks/results/disentangle-<dataset>)"
+    )
     args = ap.parse_args()
     cap = args.max_cluster_growth or None
     runs = [(int(c), cap) for c in args.copies.split(",")]
@@ -185,20 +219,42 @@ def main() -> None:
         F = run_final_rows(args.run, args.dataset, {problem.train_split: Xtr, problem.eval_split: Xev}, args.work)
         Xtr, Xev = F[problem.train_split], F[problem.eval_split]
     inv_prop = propensity(Ytr)
-    icfg = IndexingConfig(n_clusters=args.n_clusters or None, max_leaf_size=None if args.n_clusters else MAX_LEAF_SIZE,
-                          threads=args.threads, orphan_fallback=args.orphan_fallback)
-    xcfg = HierarchicalLinearConfig(threads=args.threads, beam_size=args.beam, topk=args.topk, threshold=args.threshold,
-                                    negatives=args.negatives, features="tfidf" if args.run is None else "tfidf+neural")
+    icfg = IndexingConfig(
+        n_clusters=args.n_clusters or None,
+        max_leaf_size=None if args.n_clusters else MAX_LEAF_SIZE,
+        threads=args.threads,
+        orphan_fallback=args.orphan_fallback,
+    )
+    xcfg = HierarchicalLinearConfig(
+        threads=args.threads,
+        beam_size=args.beam,
+        topk=args.topk,
+        threshold=args.threshold,
+        negatives=args.negatives,
+        features="tfidf" if args.run is None else "tfidf+neural",
+    )
     chain, _ = build_index(icfg, Ytr, X_train_tfidf=Xtr)
     chain = list(chain.subsample(NR_SPLITS))
     out = args.out or ROOT / "benchmarks" / "results" / f"disentangle-{Path(args.dataset).name}"
     rows: list[dict] = []
-    meta = {"dataset": problem.name, "eval_split": problem.eval_split, "n_eval": int(Xev.shape[0]),
-            "n_train": int(Xtr.shape[0]), "n_labels": int(Ytr.shape[1]), "n_clusters": int(chain[-1].shape[1]),
-            "level_sizes": [int(c.shape[0]) for c in chain], "beam": args.beam, "threads": args.threads,
-            "max_cluster_growth": cap, "min_count": args.min_count,
-            "features": xcfg.features, "run": str(args.run) if args.run else None,
-            "threshold": args.threshold, "negatives": args.negatives, "orphan_fallback": args.orphan_fallback}
+    meta = {
+        "dataset": problem.name,
+        "eval_split": problem.eval_split,
+        "n_eval": int(Xev.shape[0]),
+        "n_train": int(Xtr.shape[0]),
+        "n_labels": int(Ytr.shape[1]),
+        "n_clusters": int(chain[-1].shape[1]),
+        "level_sizes": [int(c.shape[0]) for c in chain],
+        "beam": args.beam,
+        "threads": args.threads,
+        "max_cluster_growth": cap,
+        "min_count": args.min_count,
+        "features": xcfg.features,
+        "run": str(args.run) if args.run else None,
+        "threshold": args.threshold,
+        "negatives": args.negatives,
+        "orphan_fallback": args.orphan_fallback,
+    }
     M = counts = None
     t_base = 0.0
     for lam, growth in runs:
@@ -220,17 +276,27 @@ def main() -> None:
         save = args.save_predictions / f"lambda{lam}-{growth or 'uncapped'}" if args.save_predictions else None
         scores, speed = measure(model, Xev, Yev, inv_prop, args.predict_repeats, save)
         total = t_base + meta["search_s"] + t_reassign + t_train if lam > 1 else t_train
-        row = {"n_copies": lam, "cap": growth if lam > 1 else None, "scores": scores, **speed,
-               "train_s": round(t_train, 1), "train_cpu_s": round(c_train, 1), "train_total_s": round(total, 1),
-               "model_bytes": model_bytes(model), **overlap_summary(C),
-               "largest_cluster": int(np.bincount(C.indices, minlength=C.shape[1]).max())}
+        row = {
+            "n_copies": lam,
+            "cap": growth if lam > 1 else None,
+            "scores": scores,
+            **speed,
+            "train_s": round(t_train, 1),
+            "train_cpu_s": round(c_train, 1),
+            "train_total_s": round(total, 1),
+            "model_bytes": model_bytes(model),
+            **overlap_summary(C),
+            "largest_cluster": int(np.bincount(C.indices, minlength=C.shape[1]).max()),
+        }
         rows.append(row)
         table = render(rows, meta)
         print(f"== λ = {lam}\n{table}", flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".md").write_text(f"# Label disentanglement sweep: {problem.name}\n\n"
-                                          "`python experiments/label_disentanglement/bench_disentangle.py "
-                                          f"{' '.join(sys.argv[1:])}`\n\n{table}")
+        out.with_suffix(".md").write_text(
+            f"# Label disentanglement sweep: {problem.name}\n\n"
+            "`python experiments/label_disentanglement/bench_disentangle.py "
+            f"{' '.join(sys.argv[1:])}`\n\n{table}"
+        )
         out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
 
 

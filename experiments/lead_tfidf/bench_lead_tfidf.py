@@ -26,9 +26,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import (  # noqa: E402
-    compose_settings, describe, experiment_options, fit_rows, held_out_total, holdout_rows, rounded, save_selection,
-    score_cells, selection_parser,
+from common import (
+    compose_settings,
+    describe,
+    experiment_options,
+    fit_rows,
+    held_out_total,
+    holdout_rows,
+    rounded,
+    save_selection,
+    score_cells,
+    selection_parser,
 )
 
 CHARS = (300, 600, 1200)
@@ -57,8 +65,11 @@ def main(argv: list[str] | None = None) -> None:
 
     def xrlinear(X: dict, rows: np.ndarray, on: str) -> dict:
         model = fit_rows(X["train"][rows], Y[rows], ds.vocab.ids, x)
-        got = evaluate(Y[held], model.predict_features_csr(X["train"][held])) if on == "held" else \
-            evaluate(ev.Y, model.predict_features_csr(X["eval"]))
+        got = (
+            evaluate(Y[held], model.predict_features_csr(X["train"][held]))
+            if on == "held"
+            else evaluate(ev.Y, model.predict_features_csr(X["eval"]))
+        )
         return rounded(got)
 
     rows, features = [], {(0, 0.0): B}
@@ -71,21 +82,33 @@ def main(argv: list[str] | None = None) -> None:
         for w in WEIGHTS:
             lead.weight = w
             features[chars, w] = {k: lead.stack(B[k], L[k]) for k in B}
-            rows.append({"lead_chars": chars, "lead_weight": w, "n_features": features[chars, w]["train"].shape[1],
-                         "holdout": xrlinear(features[chars, w], fit, "held")})
+            rows.append(
+                {
+                    "lead_chars": chars,
+                    "lead_weight": w,
+                    "n_features": features[chars, w]["train"].shape[1],
+                    "holdout": xrlinear(features[chars, w], fit, "held"),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     best = max(rows, key=held_out_total)
     for r in (rows[0], best):
         r[ds.eval_split] = xrlinear(features[r["lead_chars"], r["lead_weight"]], np.arange(Y.shape[0]), "eval")
         print(json.dumps(r), flush=True)
-    lines = [f"held out: {args.holdout} random training documents (seed {args.seed}); XR-Linear with "
-             f"the settings of {describe(args.experiment, args.overrides)}; best by held-out P@1 + P@3 + P@5: "
-             "lead_chars "
-             f"{best['lead_chars']}, lead_weight {best['lead_weight']}", "",
-             f"| lead_chars | lead_weight | held-out P@1 | P@3 | P@5 | {ds.eval_split} P@1 | P@3 | P@5 | nDCG@5 |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['lead_chars'] or 'none'} | {r['lead_weight'] if r['lead_chars'] else '–'} | "
-              f"{score_cells(r, ds.eval_split)} |" for r in rows]
+    lines = [
+        f"held out: {args.holdout} random training documents (seed {args.seed}); XR-Linear with "
+        f"the settings of {describe(args.experiment, args.overrides)}; best by held-out P@1 + P@3 + P@5: "
+        "lead_chars "
+        f"{best['lead_chars']}, lead_weight {best['lead_weight']}",
+        "",
+        f"| lead_chars | lead_weight | held-out P@1 | P@3 | P@5 | {ds.eval_split} P@1 | P@3 | P@5 | nDCG@5 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['lead_chars'] or 'none'} | {r['lead_weight'] if r['lead_chars'] else '–'} | "
+        f"{score_cells(r, ds.eval_split)} |"
+        for r in rows
+    ]
     save_selection(args.results, f"lead-tfidf-{args.tag}", best, rows, lines)
 
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import results_option, save_table, timed  # noqa: E402
+from common import results_option, save_table, timed
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,13 +40,20 @@ def main(argv: list[str] | None = None) -> None:
     tok(texts[:500], truncation=True, max_length=128)  # warm-up: the first call pays allocations
     rows = []
     for length in (128, 256):
-        whole, dt_whole = timed(lambda: tok(texts, truncation=True, max_length=length)["input_ids"])
+        whole, dt_whole = timed(lambda n=length: tok(texts, truncation=True, max_length=n)["input_ids"])
         # the rule before: every text cut to 16 characters a token (as truncate_chars does it)
-        cut16, dt_cut = timed(lambda: tokenize_texts(tok, texts, length, truncate_chars=16 * length, progress=False))
-        ours, dt_ours = timed(lambda: tokenize_texts(tok, texts, length, progress=False))
-        rows.append({"what": f"tokenise {len(texts)} acts, {length} tokens", "whole text s": round(dt_whole, 2),
-                     "16 chars a token s": round(dt_cut, 2), "tokenize_texts s": round(dt_ours, 2),
-                     "16-char cut = whole": same_ids(cut16, whole), "tokenize_texts = whole": same_ids(ours, whole)})
+        cut16, dt_cut = timed(lambda n=length: tokenize_texts(tok, texts, n, truncate_chars=16 * n, progress=False))
+        ours, dt_ours = timed(lambda n=length: tokenize_texts(tok, texts, n, progress=False))
+        rows.append(
+            {
+                "what": f"tokenise {len(texts)} acts, {length} tokens",
+                "whole text s": round(dt_whole, 2),
+                "16 chars a token s": round(dt_cut, 2),
+                "tokenize_texts s": round(dt_ours, 2),
+                "16-char cut = whole": same_ids(cut16, whole),
+                "tokenize_texts = whole": same_ids(ours, whole),
+            }
+        )
         print(rows[-1], flush=True)
     model = pretrained_encoder(path)
     params = list(model.parameters())
@@ -56,25 +63,35 @@ def main(argv: list[str] | None = None) -> None:
     for name, kw in (("loop", {"foreach": False}), ("foreach", {"foreach": True}), ("fused", {"fused": True})):
         opt = torch.optim.AdamW(params, lr=1e-4, **kw)
         opt.step()
-        _, dt = timed(lambda: [opt.step() for _ in range(10)], repeats=1)
+        _, dt = timed(lambda o=opt: [o.step() for _ in range(10)], repeats=1)
         steps[name] = round(dt / 10 * 1000, 1)
     print({"AdamW step ms": steps}, flush=True)
-    lines = [f"`python experiments/matcher_overheads/bench_matcher_overheads.py --docs {args.docs} --tag {args.tag}` "
-             "(2 threads)", "",
-             "| tokenisation | whole text s | 16 chars a token s | tokenize_texts s | ids equal whole text |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {r['what']} | {r['whole text s']} | {r['16 chars a token s']} | {r['tokenize_texts s']} | "
-              f"16-char cut: {r['16-char cut = whole']}; tokenize_texts: {r['tokenize_texts = whole']} |" for r in rows]
-    lines += ["", f"| AdamW step over MiniLM ({sum(p.numel() for p in params) / 1e6:.1f}M parameters) "
-              "| loop | foreach | fused |",
-              "|---|---|---|---|", f"| ms | {steps['loop']} | {steps['foreach']} | {steps['fused']} |"]
-    save_table(args.results, f"matcher-overheads-{args.tag}", {"tokenise": rows, "adamw_step_ms": steps},
-               "\n".join(lines))
+    lines = [
+        f"`python experiments/matcher_overheads/bench_matcher_overheads.py --docs {args.docs} --tag {args.tag}` "
+        "(2 threads)",
+        "",
+        "| tokenisation | whole text s | 16 chars a token s | tokenize_texts s | ids equal whole text |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['what']} | {r['whole text s']} | {r['16 chars a token s']} | {r['tokenize_texts s']} | "
+        f"16-char cut: {r['16-char cut = whole']}; tokenize_texts: {r['tokenize_texts = whole']} |"
+        for r in rows
+    ]
+    lines += [
+        "",
+        f"| AdamW step over MiniLM ({sum(p.numel() for p in params) / 1e6:.1f}M parameters) | loop | foreach | fused |",
+        "|---|---|---|---|",
+        f"| ms | {steps['loop']} | {steps['foreach']} | {steps['fused']} |",
+    ]
+    save_table(
+        args.results, f"matcher-overheads-{args.tag}", {"tokenise": rows, "adamw_step_ms": steps}, "\n".join(lines)
+    )
 
 
 def same_ids(tokens, ids: list[list[int]]) -> bool:
     """Whether ragged ``tokens`` hold exactly the rows ``ids``."""
-    return all(tokens.ids[tokens.offsets[i]:tokens.offsets[i + 1]].tolist() == row for i, row in enumerate(ids))
+    return all(tokens.ids[tokens.offsets[i] : tokens.offsets[i + 1]].tolist() == row for i, row in enumerate(ids))
 
 
 if __name__ == "__main__":

@@ -24,9 +24,19 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import (  # noqa: E402
-    WORK, RunFolder, final_model_settings, fit_rows, held_out_total, holdout_rows, rounded,
-    run_option, run_rows, save_selection, score_cells, selection_parser,
+from common import (
+    WORK,
+    RunFolder,
+    final_model_settings,
+    fit_rows,
+    held_out_total,
+    holdout_rows,
+    rounded,
+    run_option,
+    run_rows,
+    save_selection,
+    score_cells,
+    selection_parser,
 )
 
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
@@ -47,8 +57,11 @@ def main(argv: list[str] | None = None) -> None:
     final = final_model_settings(s.methods["xrtransformer"].xrtransformer.final)
     models = {  # name -> (features, the run's eval-split predictor at weight w, settings of the held-out model)
         "xrtransformer": (F, lambda w: xrt.final.predict(F[ds.eval_split], matcher_weight=w), final),
-        "xrlinear": (X, lambda w: xrl.predict_features_csr(X[ds.eval_split], matcher_weight=w),
-                     s.methods["xrlinear"].xrlinear),
+        "xrlinear": (
+            X,
+            lambda w: xrl.predict_features_csr(X[ds.eval_split], matcher_weight=w),
+            s.methods["xrlinear"].xrlinear,
+        ),
     }
     rows = []
     for name, (feats, run_predict, config) in models.items():
@@ -57,14 +70,23 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: model on {len(fit)} training documents in {time.perf_counter() - t0:.0f} s", flush=True)
         for w in WEIGHTS:
             h = evaluate(Y[held], held_model.predict_features_csr(feats["train"][held], matcher_weight=w))
-            rows.append({"model": name, "matcher_weight": w, "holdout": rounded(h),
-                         ds.eval_split: rounded(evaluate(ev_y, run_predict(w)))})
+            rows.append(
+                {
+                    "model": name,
+                    "matcher_weight": w,
+                    "holdout": rounded(h),
+                    ds.eval_split: rounded(evaluate(ev_y, run_predict(w))),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     best = {n: max((r for r in rows if r["model"] == n), key=held_out_total)["matcher_weight"] for n in models}
-    lines = [f"held out: {args.holdout} random training documents (seed {args.seed}); eval: {ds.eval_split}; "
-             f"best on the held-out documents by P@1 + P@3 + P@5: {best}", "",
-             f"| model | matcher_weight | held-out P@1 | P@3 | P@5 | {ds.eval_split} P@1 | P@3 | P@5 | nDCG@5 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"held out: {args.holdout} random training documents (seed {args.seed}); eval: {ds.eval_split}; "
+        f"best on the held-out documents by P@1 + P@3 + P@5: {best}",
+        "",
+        f"| model | matcher_weight | held-out P@1 | P@3 | P@5 | {ds.eval_split} P@1 | P@3 | P@5 | nDCG@5 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     lines += [f"| {r['model']} | {r['matcher_weight']} | {score_cells(r, ds.eval_split)} |" for r in rows]
     save_selection(args.results, f"matcher-weight-{args.tag}", best, rows, lines)
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import results_option, save_table, timed  # noqa: E402
+from common import results_option, save_table, timed
 
 PRECISIONS = ("32-true", "bf16-mixed")
 
@@ -61,23 +61,29 @@ def main(argv: list[str] | None = None) -> None:
         for n in (8, 32):
             b = batch(n, 128)
             step(b, precision)  # warm-up
-            row[f"step {n}x128 s"] = round(timed(lambda: step(b, precision))[1], 3)
+            row[f"step {n}x128 s"] = round(timed(lambda b=b, p=precision: step(b, p))[1], 3)
         encode(encode_batches[:1], precision)
-        row["encode 256 tokens docs/s"] = round(64 / timed(lambda: encode(encode_batches, precision))[1], 1)
+        row["encode 256 tokens docs/s"] = round(64 / timed(lambda p=precision: encode(encode_batches, p))[1], 1)
         rows.append(row)
         print(row, flush=True)
     found = torch.cpu.get_capabilities()
     caps = {k: bool(v) for k, v in found.items() if k in ("avx2", "avx512_f", "avx512_bf16", "amx_bf16")}
     auto = resolve_precision("auto", "cpu")
-    lines = [f"`python experiments/precision/bench_precision.py --tag {args.tag}` (2 threads; {found.get('cpu_name')}: "
-             + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in caps.items())
-             + f"; native bf16: {'yes' if native_bf16('cpu') else 'no'}, so `trainer.precision=auto` is {auto})", "",
-             "| precision | train step, 8 x 128 tokens s | train step, 32 x 128 s | encode, 256 tokens docs/s |",
-             "|---|---|---|---|"]
-    lines += [f"| {r['precision']} | {r['step 8x128 s']} | {r['step 32x128 s']} | {r['encode 256 tokens docs/s']} |"
-              for r in rows]
-    save_table(args.results, f"precision-{args.tag}", {"capabilities": caps, "auto": auto, "rows": rows},
-               "\n".join(lines))
+    lines = [
+        f"`python experiments/precision/bench_precision.py --tag {args.tag}` (2 threads; {found.get('cpu_name')}: "
+        + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in caps.items())
+        + f"; native bf16: {'yes' if native_bf16('cpu') else 'no'}, so `trainer.precision=auto` is {auto})",
+        "",
+        "| precision | train step, 8 x 128 tokens s | train step, 32 x 128 s | encode, 256 tokens docs/s |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['precision']} | {r['step 8x128 s']} | {r['step 32x128 s']} | {r['encode 256 tokens docs/s']} |"
+        for r in rows
+    ]
+    save_table(
+        args.results, f"precision-{args.tag}", {"capabilities": caps, "auto": auto, "rows": rows}, "\n".join(lines)
+    )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,14 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import (  # noqa: E402
-    ROOT, RunFolder, compose_settings, experiment_options, final_model_settings, fit_rows, holdout_rows,
+from common import (
+    ROOT,
+    RunFolder,
+    compose_settings,
+    experiment_options,
+    final_model_settings,
+    fit_rows,
+    holdout_rows,
 )
 
 SPLITS = ("train", "dev")
@@ -85,7 +91,7 @@ def payload(args: argparse.Namespace) -> None:
     used = np.zeros(len(tok), bool)
     for n in SPLITS:
         for i in range(0, len(texts[n]), 2000):
-            for ids in tok(texts[n][i:i + 2000], truncation=True, max_length=512)["input_ids"]:
+            for ids in tok(texts[n][i : i + 2000], truncation=True, max_length=512)["input_ids"]:
                 used[ids] = True
     model = out / "encoder"
     shutil.copytree(src, model, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "README.md"))
@@ -104,8 +110,10 @@ def payload(args: argparse.Namespace) -> None:
     for n in SPLITS:
         sp.save_npz(out / f"Y_{n}.npz", Y[n])
     (out / "labels.json").write_text(json.dumps(list(ds.vocab.ids)))
-    print(f"payload in {out}: {sum(p.stat().st_size for p in out.rglob('*') if p.is_file()) / 2**20:.1f} MiB, "
-          f"{int(used.sum())} of {len(used)} tokens used")
+    print(
+        f"payload in {out}: {sum(p.stat().st_size for p in out.rglob('*') if p.is_file()) / 2**20:.1f} MiB, "
+        f"{int(used.sum())} of {len(used)} tokens used"
+    )
 
 
 def finetune(args: argparse.Namespace) -> None:
@@ -115,7 +123,8 @@ def finetune(args: argparse.Namespace) -> None:
 
     p = args.payload.resolve()
     s = compose_settings([*args.overrides, f"matcher.model_name_or_path={p / 'encoder'}"], args.experiment)
-    texts = json.load(lzma.open(p / "texts.json.xz", "rt"))
+    with lzma.open(p / "texts.json.xz", "rt") as fh:
+        texts = json.load(fh)
     Y = {n: sp.load_npz(p / f"Y_{n}.npz").tocsr() for n in SPLITS}
     if args.max_docs:  # a smoke test of the script
         texts, Y = {n: t[: args.max_docs] for n, t in texts.items()}, {n: y[: args.max_docs] for n, y in Y.items()}
@@ -124,8 +133,14 @@ def finetune(args: argparse.Namespace) -> None:
     ctx = TrainContext(cache=cache, trainer=s.trainer, lightning=s.lightning)
     t0 = time.perf_counter()
     try:
-        model = XRTransformer.fit(texts["train"], Y["train"], s.methods["xrtransformer"], label_ids=label_ids,
-                                  validation=(texts["dev"], Y["dev"]), context=ctx)
+        model = XRTransformer.fit(
+            texts["train"],
+            Y["train"],
+            s.methods["xrtransformer"],
+            label_ids=label_ids,
+            validation=(texts["dev"], Y["dev"]),
+            context=ctx,
+        )
     finally:
         cache.close()
     if model is None:
@@ -143,10 +158,16 @@ def finetune(args: argparse.Namespace) -> None:
             sp.save_npz(args.out / f"{args.name}.topb.npz", topb)  # the label-level head on dev
     embed_seconds = time.perf_counter() - t0
     levels = model.report["levels"]
-    facts = {"name": args.name, "experiment": args.experiment, "overrides": args.overrides,
-             # as before: fine-tuning every level and embedding both splits (fit's TF-IDF, tree and final model aside)
-             "seconds": round(sum(lv["seconds"] for lv in levels) + embed_seconds, 1),
-             "fit_seconds": round(fit_seconds, 1), "embed_seconds": round(embed_seconds, 1), "levels": levels}
+    facts = {
+        "name": args.name,
+        "experiment": args.experiment,
+        "overrides": args.overrides,
+        # as before: fine-tuning every level and embedding both splits (fit's TF-IDF, tree and final model aside)
+        "seconds": round(sum(lv["seconds"] for lv in levels) + embed_seconds, 1),
+        "fit_seconds": round(fit_seconds, 1),
+        "embed_seconds": round(embed_seconds, 1),
+        "levels": levels,
+    }
     print("\n" + json.dumps(facts), flush=True)
     (args.out / f"{args.name}.facts.json").write_text(json.dumps(facts, indent=1))
 
@@ -164,8 +185,12 @@ def final(args: argparse.Namespace) -> None:
     tfidf = run.model("xrtransformer").tfidf
     X = {n: tfidf.from_texts(ds.splits[n].texts) for n in SPLITS}
     Y = {n: ds.splits[n].Y.tocsr() for n in SPLITS}
-    emb = {n: np.vstack([np.load(f).astype(np.float32)
-                         for f in sorted(args.emb.parent.glob(f"{args.emb.name}.{n}[0-9].npy"))]) for n in SPLITS}
+    emb = {
+        n: np.vstack(
+            [np.load(f).astype(np.float32) for f in sorted(args.emb.parent.glob(f"{args.emb.name}.{n}[0-9].npy"))]
+        )
+        for n in SPLITS
+    }
     # embeddings of an encoder fine-tuned on every training document (a payload without --holdout):
     # the linear model is still fitted and scored on disjoint rows, but the encoder saw the held-out ones
     encoder_saw_holdout = bool(args.holdout) and emb["train"].shape[0] == Y["train"].shape[0]
@@ -183,9 +208,15 @@ def final(args: argparse.Namespace) -> None:
         from xtransformer.utils.io import save_csr
 
         save_csr(P, args.predictions)
-    row = {"name": args.name, "experiment": args.experiment, "overrides": args.overrides, "holdout": args.holdout,
-           "encoder_saw_holdout": encoder_saw_holdout, "final_seconds": round(seconds, 1),
-           "xrtransformer": evaluate(Y["dev"], P)}
+    row = {
+        "name": args.name,
+        "experiment": args.experiment,
+        "overrides": args.overrides,
+        "holdout": args.holdout,
+        "encoder_saw_holdout": encoder_saw_holdout,
+        "final_seconds": round(seconds, 1),
+        "xrtransformer": evaluate(Y["dev"], P),
+    }
 
     def fmt(m: dict) -> str:
         return " / ".join(f"{m[k]:.2f}" for k in ("P@1", "P@3", "P@5"))
@@ -193,8 +224,12 @@ def final(args: argparse.Namespace) -> None:
     line = f"{args.name}: XR-Transformer {fmt(row['xrtransformer'])}"
     if args.xrlinear:
         # as the run's xrtransformer+xrlinear: its rule and share (combine_with_xrlinear, combine_weight)
-        both = ensemble_predictions([P, sp.load_npz(args.xrlinear).tocsr()], s.combine_with_xrlinear,
-                                    fcfg.model.topk, weights=s.combine_weights())
+        both = ensemble_predictions(
+            [P, sp.load_npz(args.xrlinear).tocsr()],
+            s.combine_with_xrlinear,
+            fcfg.model.topk,
+            weights=s.combine_weights(),
+        )
         row["xrtransformer+xrlinear"] = evaluate(Y["dev"], both)
         line += f" | + XR-Linear {fmt(row['xrtransformer+xrlinear'])}"
     print(line)
@@ -204,8 +239,9 @@ def final(args: argparse.Namespace) -> None:
 
 
 def holdout_options(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--holdout", type=int, default=0,
-                    help="train / dev := all but N random training documents / those N")
+    ap.add_argument(
+        "--holdout", type=int, default=0, help="train / dev := all but N random training documents / those N"
+    )
     ap.add_argument("--seed", type=int, default=0, help="seed of the held-out rows")
 
 
@@ -222,12 +258,20 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--max-docs", type=int, default=None)
     a.add_argument("name")
     a = sub.add_parser("final", help="final model on the returned embeddings (here)")
-    a.add_argument("--run", type=Path, required=True,
-                   help="output folder of a CPU run of the experiment (its model/xrtransformer TF-IDF is read)")
+    a.add_argument(
+        "--run",
+        type=Path,
+        required=True,
+        help="output folder of a CPU run of the experiment (its model/xrtransformer TF-IDF is read)",
+    )
     a.add_argument("--emb", type=Path, required=True, help="DIR/NAME of NAME.{train0,train1,dev0}.npy")
-    a.add_argument("--xrlinear", type=Path, default=None,
-                   help="XR-Linear's dev predictions, e.g. RUN/predictions/xrlinear/dev.npz: also score the "
-                        "combination with them (not with --holdout)")
+    a.add_argument(
+        "--xrlinear",
+        type=Path,
+        default=None,
+        help="XR-Linear's dev predictions, e.g. RUN/predictions/xrlinear/dev.npz: also score the "
+        "combination with them (not with --holdout)",
+    )
     holdout_options(a)
     a.add_argument("--results", type=Path, default=None, help="append the row (json) to this file")
     a.add_argument("--predictions", type=Path, default=None, help="save the final model's dev scores here (.npz)")

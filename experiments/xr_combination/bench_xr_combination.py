@@ -28,9 +28,19 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import (  # noqa: E402
-    METRICS, WORK, RunFolder, final_model_settings, fit_rows, held_out_total, rounded,
-    run_option, run_rows, save_selection, selection_parser, trees,
+from common import (
+    METRICS,
+    WORK,
+    RunFolder,
+    final_model_settings,
+    fit_rows,
+    held_out_total,
+    rounded,
+    run_option,
+    run_rows,
+    save_selection,
+    selection_parser,
+    trees,
 )
 
 SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -50,8 +60,10 @@ def main(argv: list[str] | None = None) -> None:
     s, ds = run.settings, run.dataset
     xrt, xrl, X, F = run_rows(run, args.work)
     Y = ds.splits["train"].Y.tocsr()
-    configs = {"xrlinear": s.methods["xrlinear"].xrlinear,
-               "final": final_model_settings(s.methods["xrtransformer"].xrtransformer.final, n_trees=args.trees)}
+    configs = {
+        "xrlinear": s.methods["xrlinear"].xrlinear,
+        "final": final_model_settings(s.methods["xrtransformer"].xrtransformer.final, n_trees=args.trees),
+    }
     folds = np.array_split(np.random.default_rng(args.seed).permutation(Y.shape[0]), args.folds)
     work = args.work / f"xr-combination-{args.tag}"
     work.mkdir(parents=True, exist_ok=True)
@@ -59,8 +71,15 @@ def main(argv: list[str] | None = None) -> None:
     for k, rows in enumerate(folds):
         rows = np.sort(rows)
         fit = np.setdiff1d(np.arange(Y.shape[0]), rows)
-        preds = fold_predictions(work / f"fold{k}-of-{args.folds}-trees{args.trees}", configs,
-                                 {"xrlinear": X["train"], "final": F["train"]}, Y, xrl.label_ids, fit, rows)
+        preds = fold_predictions(
+            work / f"fold{k}-of-{args.folds}-trees{args.trees}",
+            configs,
+            {"xrlinear": X["train"], "final": F["train"]},
+            Y,
+            xrl.label_ids,
+            fit,
+            rows,
+        )
         held.append(rows)
         xrl_held.append(preds["xrlinear"])
         for t in range(args.trees):
@@ -70,47 +89,79 @@ def main(argv: list[str] | None = None) -> None:
     xrl_all = sp.vstack(xrl_held).tocsr()
     topk = configs["final"].model.topk
     # t final-model trees: the mean of the first t trees' predictions (a LinearForest's prediction)
-    xrt_all = [ensemble_predictions([sp.vstack(xrt_held[i]).tocsr() for i in range(t)], "average", topk) if t > 1
-               else sp.vstack(xrt_held[0]).tocsr() for t in range(1, args.trees + 1)]
+    xrt_all = [
+        ensemble_predictions([sp.vstack(xrt_held[i]).tocsr() for i in range(t)], "average", topk)
+        if t > 1
+        else sp.vstack(xrt_held[0]).tocsr()
+        for t in range(1, args.trees + 1)
+    ]
     run_trees = list(xrt.final.trees) if hasattr(xrt.final, "trees") else [xrt.final]
     ev_trees = [t.predict(F[ds.eval_split]) for t in run_trees]
     ev_xrl = xrl.predict_features_csr(X[ds.eval_split])
     ev_y = ds.splits[ds.eval_split].Y
 
-    rows_out = [{"model": "xrlinear", "trees": configs["xrlinear"].n_trees, "share": 0.0,
-                 "holdout": rounded(evaluate(truth, xrl_all)), ds.eval_split: rounded(evaluate(ev_y, ev_xrl))}]
+    rows_out = [
+        {
+            "model": "xrlinear",
+            "trees": configs["xrlinear"].n_trees,
+            "share": 0.0,
+            "holdout": rounded(evaluate(truth, xrl_all)),
+            ds.eval_split: rounded(evaluate(ev_y, ev_xrl)),
+        }
+    ]
     for t, pred in enumerate(xrt_all, start=1):
         ev_t = ensemble_predictions(ev_trees[:t], "average", topk) if t > 1 else ev_trees[0]
         have_ev = t <= len(ev_trees)
         for share in (1.0, *SHARES):
             both = ensemble_predictions([pred, xrl_all], "average", topk, weights=[share, 1 - share])
-            row = {"model": "xrtransformer" if share == 1.0 else "xrtransformer+xrlinear", "trees": t, "share": share,
-                   "holdout": rounded(evaluate(truth, both))}
+            row = {
+                "model": "xrtransformer" if share == 1.0 else "xrtransformer+xrlinear",
+                "trees": t,
+                "share": share,
+                "holdout": rounded(evaluate(truth, both)),
+            }
             if have_ev:
-                row[ds.eval_split] = rounded(evaluate(ev_y, ensemble_predictions([ev_t, ev_xrl], "average", topk,
-                                                                                 weights=[share, 1 - share])))
+                row[ds.eval_split] = rounded(
+                    evaluate(ev_y, ensemble_predictions([ev_t, ev_xrl], "average", topk, weights=[share, 1 - share]))
+                )
             rows_out.append(row)
             print(row, flush=True)
 
-    best = {t: max((r for r in rows_out if r["model"] == "xrtransformer+xrlinear" and r["trees"] == t),
-                   key=held_out_total) for t in range(1, args.trees + 1)}
-    lines = [f"held out: every training document once ({args.folds} folds, seed {args.seed}); eval: {ds.eval_split} "
-             f"(the run's own models); best share on the held-out documents by P@1 + P@3 + P@5: "
-             + "; ".join(f"{t} tree{'s' if t > 1 else ''}: {r['share']} ({held_out_total(r):.2f})"
-                         for t, r in best.items()), "",
-             f"| model | final trees | XR-Transformer share | held-out P@1 | P@3 | P@5 | nDCG@5 | "
-             f"{ds.eval_split} P@1 | P@3 | P@5 | nDCG@5 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    best = {
+        t: max((r for r in rows_out if r["model"] == "xrtransformer+xrlinear" and r["trees"] == t), key=held_out_total)
+        for t in range(1, args.trees + 1)
+    }
+    lines = [
+        f"held out: every training document once ({args.folds} folds, seed {args.seed}); eval: {ds.eval_split} "
+        f"(the run's own models); best share on the held-out documents by P@1 + P@3 + P@5: "
+        + "; ".join(f"{t} tree{'s' if t > 1 else ''}: {r['share']} ({held_out_total(r):.2f})" for t, r in best.items()),
+        "",
+        f"| model | final trees | XR-Transformer share | held-out P@1 | P@3 | P@5 | nDCG@5 | "
+        f"{ds.eval_split} P@1 | P@3 | P@5 | nDCG@5 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows_out:
         h, e = r["holdout"], r.get(ds.eval_split)
-        cells = " | ".join(f"{h[m]:.2f}" for m in METRICS) + " | " + (
-            " | ".join(f"{e[m]:.2f}" for m in METRICS) if e else "– | – | – | –")
+        cells = (
+            " | ".join(f"{h[m]:.2f}" for m in METRICS)
+            + " | "
+            + (" | ".join(f"{e[m]:.2f}" for m in METRICS) if e else "– | – | – | –")
+        )
         lines.append(f"| {r['model']} | {r['trees']} | {r['share']} | {cells} |")
-    save_selection(args.results, f"xr-combination-{args.tag}", {t: r["share"] for t, r in best.items()}, rows_out,
-                   lines)
+    save_selection(
+        args.results, f"xr-combination-{args.tag}", {t: r["share"] for t, r in best.items()}, rows_out, lines
+    )
 
 
-def fold_predictions(path: Path, configs: dict[str, Any], feats: dict[str, sp.csr_matrix], Y: sp.csr_matrix,
-                     label_ids: list[str], fit: np.ndarray, rows: np.ndarray) -> dict[str, sp.csr_matrix]:
+def fold_predictions(
+    path: Path,
+    configs: dict[str, Any],
+    feats: dict[str, sp.csr_matrix],
+    Y: sp.csr_matrix,
+    label_ids: list[str],
+    fit: np.ndarray,
+    rows: np.ndarray,
+) -> dict[str, sp.csr_matrix]:
     """XR-Linear's and each final-model tree's predictions for ``rows``, trained on ``fit`` (read back
     from the folder ``path`` when an earlier run finished it)."""
     from xtransformer.utils.io import atomic_dir, is_complete, load_csr, save_csr

@@ -10,7 +10,7 @@ Names load on first use: predicting with a linear model imports neither torch no
 
 __version__ = "0.1.0"
 
-from xtransformer import resolvers as _resolvers  # noqa: E402
+from xtransformer import resolvers as _resolvers
 
 _resolvers.register()
 

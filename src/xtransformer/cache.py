@@ -21,9 +21,10 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from xtransformer.utils.dist import is_rank_zero
 from xtransformer.utils.io import atomic_dir, first_mismatch, is_complete, load_json, remove_stale_tmp, save_json
@@ -66,8 +67,12 @@ class StageCache:
         if bad is None and _stage_key(folder) in (key, None):
             return True
         why = "checksum mismatch" if bad else f"it was built for key {_stage_key(folder)}"
-        log.warning("stage %s: cached artifact %s is corrupt, incomplete or foreign (%s); rebuilding it",
-                    stage, folder / (bad or "stage.json"), why)
+        log.warning(
+            "stage %s: cached artifact %s is corrupt, incomplete or foreign (%s); rebuilding it",
+            stage,
+            folder / (bad or "stage.json"),
+            why,
+        )
         self.events.append((stage, key, "corrupt"))
         shutil.rmtree(folder, ignore_errors=True)
         return False
@@ -76,8 +81,9 @@ class StageCache:
         """A folder for (stage, key)'s work in progress that survives a killed run (checkpoints)."""
         return self.base / "stages" / stage / "_work" / key
 
-    def run(self, stage: str, key: str, build: Callable[[Path], None], settings: Any = None,
-            collective: bool = False) -> Path:
+    def run(
+        self, stage: str, key: str, build: Callable[[Path], None], settings: Any = None, collective: bool = False
+    ) -> Path:
         """Return the complete folder for (stage, key), calling ``build(tmp_dir)`` if missing or corrupt.
 
         ``collective``: on a DDP helper rank, ``build`` runs in a throwaway folder (its fit takes

@@ -12,9 +12,10 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from xtransformer.errors import UserError
 
@@ -111,8 +112,9 @@ def composition_error(args: Sequence[str]) -> str | None:
         found = re.search(r"Could not find '([^/']+)/([^']+)'", str(err))
         options = sorted(o for o in getattr(err, "options", None) or [] if not o.startswith("_"))
         if found:
-            return (f"{found.group(1)}={found.group(2)}: no such option of config group '{found.group(1)}'"
-                    + (f"; available: {', '.join(options)}" if options else ""))
+            return f"{found.group(1)}={found.group(2)}: no such option of config group '{found.group(1)}'" + (
+                f"; available: {', '.join(options)}" if options else ""
+            )
         return str(err).strip().splitlines()[0]
     except (HydraException, OmegaConfBaseException) as err:
         text = str(err).strip()
@@ -127,7 +129,7 @@ def composition_error(args: Sequence[str]) -> str | None:
 def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of a UTF-8 file, one document a line (LF, CRLF or CR-only line ends; a
     leading BOM dropped, as the training data reader does); a bad byte names its line."""
-    stream = sys.stdin.buffer if str(path) == "-" else open(path, "rb")
+    stream = sys.stdin.buffer if str(path) == "-" else open(path, "rb")  # noqa: SIM115 (closed below; stdin stays)
     n = 0
     try:
         for raw in stream:
@@ -197,19 +199,34 @@ def predict_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="xmc-predict",
         description="Predict labels for texts (one UTF-8 document a line) with a saved model folder; "
-                    "with --labels also print P@k / R@k / nDCG@k.")
-    p.add_argument("--model", required=True, help="a method folder (run/model/<method>), a run's model/ folder "
-                                                  "or a run folder (then --method, default the run's main method)")
+        "with --labels also print P@k / R@k / nDCG@k.",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a method folder (run/model/<method>), a run's model/ folder "
+        "or a run folder (then --method, default the run's main method)",
+    )
     p.add_argument("--method", default=None, help="xrlinear | xtransformer | xtransformer+xrlinear | ...")
     p.add_argument("--input", required=True, help="texts, one document a line ('-' reads stdin)")
     p.add_argument("--labels", default=None, help="true labels, space-separated ids a line, aligned with --input")
     p.add_argument("--k", type=int, default=5, help="labels per document in the output (default 5)")
-    p.add_argument("--format", choices=("jsonl", "tsv"), default="jsonl",
-                   help="jsonl: {labels, names, scores} a line; tsv: label:score pairs, tab-separated")
+    p.add_argument(
+        "--format",
+        choices=("jsonl", "tsv"),
+        default="jsonl",
+        help="jsonl: {labels, names, scores} a line; tsv: label:score pairs, tab-separated",
+    )
     p.add_argument("--output", default=None, help="output file (default stdout)")
     p.add_argument("--chunk-size", type=int, default=4096, help="documents predicted together (memory bound)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a prediction setting of the model, e.g. --set beam_size=20 (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a prediction setting of the model, e.g. --set beam_size=20 (repeatable)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the model's files")
     args = p.parse_args(argv)
@@ -236,9 +253,10 @@ def _predict(args: argparse.Namespace) -> int:
     labels = read_lines(args.labels) if args.labels else None
     index = {label: i for i, label in enumerate(model.label_ids)}
     kept, truth, unknown = [], [], 0
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    bar = tqdm(total=_count_lines(args.input), unit="doc", desc="xmc-predict", disable=args.no_progress,
-               file=sys.stderr)
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115 (closed below)
+    bar = tqdm(
+        total=_count_lines(args.input), unit="doc", desc="xmc-predict", disable=args.no_progress, file=sys.stderr
+    )
     try:
         for chunk in _chunks(texts, args.chunk_size):
             pred = model.predict_csr([t for _, t in chunk], **model.overrides_for_k(want, overrides))
@@ -298,8 +316,12 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        usage = "usage: python -m xtransformer {" + ",".join(COMMANDS) + "} [options]\n\n" + "\n".join(
-            f"  {name:<9} {text}" for name, text in COMMANDS.items())
+        usage = (
+            "usage: python -m xtransformer {"
+            + ",".join(COMMANDS)
+            + "} [options]\n\n"
+            + "\n".join(f"  {name:<9} {text}" for name, text in COMMANDS.items())
+        )
         print(usage, file=sys.stdout if argv and argv[0] in ("-h", "--help") else sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     command, rest = argv[0], argv[1:]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from xtransformer.cache import StageCache
 from xtransformer.settings import Settings
@@ -57,13 +58,13 @@ class TrainerConfig(Settings):
                 raise self.bad("devices", f"only {torch.cuda.device_count()} GPU(s) visible")
 
     @classmethod
-    def from_group(cls, group: Mapping[str, Any]) -> tuple["TrainerConfig", dict[str, Any]]:
+    def from_group(cls, group: Mapping[str, Any]) -> tuple[TrainerConfig, dict[str, Any]]:
         """The record of a whole ``trainer`` config group, and the group's other Lightning kwargs."""
         names = {f.name for f in dataclasses.fields(cls)}
         record = cls.from_mapping({k: v for k, v in group.items() if k in names})
         return record, {k: v for k, v in group.items() if k not in names}
 
-    def resolved(self) -> "TrainerConfig":
+    def resolved(self) -> TrainerConfig:
         """This record with ``precision: auto`` made concrete (what runs, and what keys see)."""
         return dataclasses.replace(self, precision=resolve_precision(self.precision, self.accelerator))
 
@@ -90,9 +91,9 @@ class TrainContext:
     cache: StageCache | None = None
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     # configs/trainer/cpu.yaml's: no sanity validation, no model summary, a log line every 10 steps
-    lightning: dict[str, Any] = field(default_factory=lambda: {"num_sanity_val_steps": 0,
-                                                               "enable_model_summary": False,
-                                                               "log_every_n_steps": 10})
+    lightning: dict[str, Any] = field(
+        default_factory=lambda: {"num_sanity_val_steps": 0, "enable_model_summary": False, "log_every_n_steps": 10}
+    )
     loggers: list[Any] = field(default_factory=list)
     callbacks: list[Any] = field(default_factory=list)  # further Lightning callbacks of every fit
 
@@ -126,7 +127,7 @@ class TrainContext:
         if self._own_cache:
             self.cache.close()
 
-    def __enter__(self) -> "TrainContext":
+    def __enter__(self) -> TrainContext:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,8 +43,9 @@ class EnsembleError(ValueError):
     """Bad ensemble input: the message names the run folder, file or argument at fault."""
 
 
-def ensemble_predictions(preds: Sequence[sp.spmatrix], method: str = "average", topk: int = 20,
-                         weights: Sequence[float] | None = None) -> sp.csr_matrix:
+def ensemble_predictions(
+    preds: Sequence[sp.spmatrix], method: str = "average", topk: int = 20, weights: Sequence[float] | None = None
+) -> sp.csr_matrix:
     """Combine ``N x L`` score matrices by ``method``; keep the ``topk`` best labels per row.
     ``weights``: one per matrix, the mean becomes ``sum_i w_i m_i / sum_i w_i`` (None: equal)."""
     if method not in METHODS:
@@ -70,7 +71,9 @@ def _shares(weights: Sequence[float] | None, n: int) -> np.ndarray:
     except (TypeError, ValueError):
         w = np.array([np.nan])
     if len(w) != n or not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
-        raise EnsembleError(f"ensemble: `weights` must be {n} numbers >= 0 (one per member, not all 0), got {weights!r}")
+        raise EnsembleError(
+            f"ensemble: `weights` must be {n} numbers >= 0 (one per member, not all 0), got {weights!r}"
+        )
     return (w / w.sum()).astype(np.float32)
 
 
@@ -136,8 +139,10 @@ def predictions_dir(run: Path, method: str | None = None) -> Path:
 def read_predictions(run: Path, split: str, method: str | None = None) -> sp.csr_matrix:
     path = predictions_dir(run, method) / f"{split}.npz"
     if not path.is_file():
-        raise EnsembleError(f"{path}: missing; run {run} has no predictions for split {split!r}"
-                            + (f" from method {method!r}" if method else ""))
+        raise EnsembleError(
+            f"{path}: missing; run {run} has no predictions for split {split!r}"
+            + (f" from method {method!r}" if method else "")
+        )
     return load_csr(path)
 
 
@@ -156,7 +161,9 @@ def check_vocabs(runs: Sequence[Path]) -> list[str]:
     for run in runs[1:]:
         detail = vocab_difference(read_vocab(run), first)
         if detail is not None:
-            raise EnsembleError(f"{run / 'label_vocab.txt'}: label vocabulary differs from {runs[0] / 'label_vocab.txt'} ({detail})")
+            raise EnsembleError(
+                f"{run / 'label_vocab.txt'}: label vocabulary differs from {runs[0] / 'label_vocab.txt'} ({detail})"
+            )
     return first
 
 
@@ -170,8 +177,13 @@ def load_truth(runs: Sequence[Path], split: str, truth: Path | None) -> sp.csr_m
 
 
 def ensemble_runs(
-    runs: Sequence[str | Path], out: Path, method: str, topk: int = 20, splits: Sequence[str] | None = None,
-    truth: Path | None = None, weights: Sequence[float] | None = None,
+    runs: Sequence[str | Path],
+    out: Path,
+    method: str,
+    topk: int = 20,
+    splits: Sequence[str] | None = None,
+    truth: Path | None = None,
+    weights: Sequence[float] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Ensemble the predictions of run folders into ``out`` (``weights``: one per run, None: equal);
     return the metrics per split."""
@@ -186,15 +198,19 @@ def ensemble_runs(
     vocab = check_vocabs(runs)
     splits = list(splits) if splits else common_splits(runs, methods)
     if truth is not None and len(splits) != 1:
-        raise EnsembleError(f"--truth gives one ground truth but {len(splits)} splits are selected ({splits}); pass --split")
+        raise EnsembleError(
+            f"--truth gives one ground truth but {len(splits)} splits are selected ({splits}); pass --split"
+        )
     results: dict[str, dict[str, float]] = {}
     with atomic_dir(out) as tmp:
         for split in splits:
             preds = [read_predictions(r, split, m) for r, m in zip(runs, methods)]
             for r, m, p in zip(runs, methods, preds):
                 if p.shape[1] != len(vocab):
-                    raise EnsembleError(f"{predictions_dir(r, m) / f'{split}.npz'}: {p.shape[1]} label columns but "
-                                        f"{len(vocab)} labels in label_vocab.txt")
+                    raise EnsembleError(
+                        f"{predictions_dir(r, m) / f'{split}.npz'}: {p.shape[1]} label columns but "
+                        f"{len(vocab)} labels in label_vocab.txt"
+                    )
             combined = ensemble_predictions(preds, method, topk, weights)
             save_csr(combined, tmp / "predictions" / f"{split}.npz")
             Y = load_truth(runs, split, truth)
@@ -207,8 +223,17 @@ def ensemble_runs(
                 log.warning("ensemble: no ground truth for split %r (pass --truth); metrics skipped", split)
         with atomic_path(tmp / "label_vocab.txt") as p:
             p.write_text("\n".join(vocab) + "\n")
-        save_json({"runs": [str(r) for r in runs], "members": [str(r) for r in members_spec(members)], "method": method, "topk": topk,
-                   "weights": None if weights is None else list(weights), "splits": splits}, tmp / "ensemble.json")
+        save_json(
+            {
+                "runs": [str(r) for r in runs],
+                "members": [str(r) for r in members_spec(members)],
+                "method": method,
+                "topk": topk,
+                "weights": None if weights is None else list(weights),
+                "splits": splits,
+            },
+            tmp / "ensemble.json",
+        )
     return results
 
 
@@ -217,15 +242,28 @@ def members_spec(members: Sequence[tuple[Path, str | None]]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m xtransformer.ensemble", description="Ensemble the predictions of several runs.")
-    ap.add_argument("runs", nargs="+", help="run folders holding predictions/{split}.npz and label_vocab.txt; "
-                    "RUN_DIR:METHOD takes predictions/METHOD/{split}.npz instead (e.g. RUN_DIR:xrlinear)")
+    ap = argparse.ArgumentParser(
+        prog="python -m xtransformer.ensemble", description="Ensemble the predictions of several runs."
+    )
+    ap.add_argument(
+        "runs",
+        nargs="+",
+        help="run folders holding predictions/{split}.npz and label_vocab.txt; "
+        "RUN_DIR:METHOD takes predictions/METHOD/{split}.npz instead (e.g. RUN_DIR:xrlinear)",
+    )
     ap.add_argument("--method", choices=METHODS, default="average")
     ap.add_argument("--out", type=Path, required=True, help="output folder")
     ap.add_argument("--topk", type=int, default=20)
-    ap.add_argument("--weights", type=float, nargs="+", default=None,
-                    help="one weight per run, in order (default: equal); normalised to sum 1")
-    ap.add_argument("--split", action="append", default=None, help="split(s) to combine (default: all present in every run)")
+    ap.add_argument(
+        "--weights",
+        type=float,
+        nargs="+",
+        default=None,
+        help="one weight per run, in order (default: equal); normalised to sum 1",
+    )
+    ap.add_argument(
+        "--split", action="append", default=None, help="split(s) to combine (default: all present in every run)"
+    )
     ap.add_argument("--truth", type=Path, default=None, help="ground truth Y (npz csr) for metrics of a single split")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")

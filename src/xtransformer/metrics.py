@@ -22,8 +22,9 @@ here builds a dense ``N x L`` matrix, and nothing imports torch (the linear path
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -42,6 +43,7 @@ __all__ = [
     "evaluate",
     "format_metrics_table",
 ]
+
 
 class MetricsError(ValueError):
     """Bad input to a metric function; the message names the offending argument."""
@@ -65,9 +67,7 @@ def _binary_labels(Y: Any, name: str = "Y_true") -> sp.csr_matrix:
         Y = Y.copy()
         Y.sum_duplicates()
         Y.eliminate_zeros()
-    return sp.csr_matrix(
-        (np.ones(Y.nnz, dtype=np.float32), Y.indices, Y.indptr), shape=Y.shape
-    )
+    return sp.csr_matrix((np.ones(Y.nnz, dtype=np.float32), Y.indices, Y.indptr), shape=Y.shape)
 
 
 def _check_k(k: Any, name: str) -> int:
@@ -85,9 +85,7 @@ def _check_topk_idx(topk_idx: Any, n_rows: int, n_labels: int, name: str) -> np.
         raise MetricsError(f"{name} must hold integer label indices, got dtype {idx.dtype}")
     idx = idx.astype(np.int64, copy=False)
     if idx.shape[0] != n_rows:
-        raise MetricsError(
-            f"{name} has {idx.shape[0]} rows but Y_true has {n_rows} (documents must align)"
-        )
+        raise MetricsError(f"{name} has {idx.shape[0]} rows but Y_true has {n_rows} (documents must align)")
     if idx.size and (idx.min() < -1 or idx.max() >= n_labels):
         raise MetricsError(
             f"{name} holds label indices outside [-1, {n_labels}) "
@@ -110,9 +108,7 @@ def _fit_width(idx: np.ndarray, max_k: int) -> np.ndarray:
 def _check_inv_propensity(inv_propensity: Any, n_labels: int) -> np.ndarray:
     w = np.asarray(inv_propensity, dtype=np.float64)
     if w.shape != (n_labels,):
-        raise MetricsError(
-            f"inv_propensity must have shape ({n_labels},) to match Y_true's labels, got {w.shape}"
-        )
+        raise MetricsError(f"inv_propensity must have shape ({n_labels},) to match Y_true's labels, got {w.shape}")
     if not np.all(np.isfinite(w)) or np.any(w < 0):
         raise MetricsError("inv_propensity must be finite and non-negative")
     return w
@@ -190,9 +186,7 @@ def _per_doc_ndcg(hits: np.ndarray, n_true: np.ndarray) -> np.ndarray:
     return dcg / idcg
 
 
-def _per_doc_psp(
-    Y: sp.csr_matrix, idx: np.ndarray, hits: np.ndarray, w: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _per_doc_psp(Y: sp.csr_matrix, idx: np.ndarray, hits: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Cumulative propensity-weighted gain of the predictions and of the ideal ranking."""
     gain = np.cumsum(np.where(hits, w[np.maximum(idx, 0)], 0.0), axis=1)
     weighted = sp.csr_matrix((w[Y.indices], Y.indices, Y.indptr), shape=Y.shape)
@@ -276,9 +270,7 @@ def _metrics_dict(sums: MetricSums, ks: Sequence[int], with_psp: bool) -> dict[s
 # --------------------------------------------------------------------------- public metrics
 
 
-def _prepare(
-    Y_true: Any, topk_idx: Any, max_k: int | None
-) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray]:
+def _prepare(Y_true: Any, topk_idx: Any, max_k: int | None) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray]:
     Y = _binary_labels(Y_true)
     idx = _check_topk_idx(topk_idx, Y.shape[0], Y.shape[1], "topk_idx")
     width = idx.shape[1] if max_k is None else _check_k(max_k, "max_k")
@@ -292,9 +284,7 @@ def _mean_over_docs(per_doc: np.ndarray) -> np.ndarray:
     return per_doc.mean(axis=0) if per_doc.shape[0] else np.zeros(per_doc.shape[1])
 
 
-def precision_at_k(
-    Y_true: sp.spmatrix, topk_idx: np.ndarray, max_k: int | None = None
-) -> np.ndarray:
+def precision_at_k(Y_true: sp.spmatrix, topk_idx: np.ndarray, max_k: int | None = None) -> np.ndarray:
     """P@k for k = 1..max_k (fractions), mean over all documents; ``max_k`` defaults to
     ``topk_idx.shape[1]`` (wider input is truncated, narrower padded with misses)."""
     _, _, hits, _ = _prepare(Y_true, topk_idx, max_k)
@@ -373,21 +363,15 @@ def _topk_from_input(scores: Any, Y: sp.csr_matrix, max_k: int) -> np.ndarray:
         idx = _check_topk_idx(scores[0], Y.shape[0], Y.shape[1], "scores[0] (top-k indices)")
         vals = np.asarray(scores[1])
         if vals.shape != idx.shape:
-            raise MetricsError(
-                f"scores[1] (top-k values) has shape {vals.shape}, expected {idx.shape}"
-            )
+            raise MetricsError(f"scores[1] (top-k values) has shape {vals.shape}, expected {idx.shape}")
         if np.isnan(vals).any() or np.any(vals[:, 1:] > vals[:, :-1]):
             raise MetricsError("scores[1] rows must be sorted by decreasing score (no NaN)")
         return _fit_width(idx, max_k)
     S = _as_csr(scores, "scores")
     if S.shape[0] != Y.shape[0]:
-        raise MetricsError(
-            f"scores has {S.shape[0]} rows but Y_true has {Y.shape[0]} (documents must align)"
-        )
+        raise MetricsError(f"scores has {S.shape[0]} rows but Y_true has {Y.shape[0]} (documents must align)")
     if S.shape[1] != Y.shape[1]:
-        raise MetricsError(
-            f"scores has {S.shape[1]} label columns but Y_true has {Y.shape[1]}"
-        )
+        raise MetricsError(f"scores has {S.shape[1]} label columns but Y_true has {Y.shape[1]}")
     idx, _ = topk_from_scores(S, max_k)
     return idx
 

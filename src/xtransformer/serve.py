@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import bisect
 import collections
+import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -37,18 +38,20 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 PAGE = "serve_page.html"
 # paths anyone may call when keys are required: probes, the page itself (it asks for a key) and the docs
-PUBLIC_PATHS = frozenset({"/", "/health", "/ready", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
-                          "/favicon.ico"})
+PUBLIC_PATHS = frozenset(
+    {"/", "/health", "/ready", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/favicon.ico"}
+)
 ROUTES = ("/", "/predict", "/health", "/ready", "/metrics", "/labels", "/openapi.json", "/docs")
 
 
@@ -67,8 +70,9 @@ class Limits:
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.max_queue < self.max_texts:
-            raise ValueError(f"--max-queue ({self.max_queue} texts) must hold one full request "
-                             f"(--max-texts {self.max_texts})")
+            raise ValueError(
+                f"--max-queue ({self.max_queue} texts) must hold one full request (--max-texts {self.max_texts})"
+            )
         if not self.request_timeout > 0:
             raise ValueError(f"--request-timeout must be > 0 seconds, got {self.request_timeout}")
 
@@ -143,8 +147,10 @@ class Metrics:
         for path, hist in sorted(self.latency.items()):
             out += hist.lines("xmc_http_request_duration_seconds", f'path="{path}"')
         out += head("xmc_rejected_total", "counter", "predict requests refused: queue_full, timeout (504), draining")
-        out += [f'xmc_rejected_total{{reason="{r}"}} {self.rejected.get(r, 0)}'
-                for r in sorted({"queue_full", "timeout", "draining", *self.rejected})]
+        out += [
+            f'xmc_rejected_total{{reason="{r}"}} {self.rejected.get(r, 0)}'
+            for r in sorted({"queue_full", "timeout", "draining", *self.rejected})
+        ]
         out += head("xmc_texts_total", "counter", "texts predicted")
         out += [f"xmc_texts_total {self.texts}"]
         out += head("xmc_predict_errors_total", "counter", "forward passes that raised")
@@ -232,10 +238,8 @@ def _worker_main(conn: Any, model: Any, overrides: dict[str, Any], threads: int)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
-    try:
+    with contextlib.suppress(Exception):
         model.predict(["warm up"], k=1, **overrides)
-    except Exception:  # noqa: BLE001  (the real requests will report it)
-        pass
     while True:
         try:
             message = conn.recv()
@@ -246,7 +250,7 @@ def _worker_main(conn: Any, model: Any, overrides: dict[str, Any], threads: int)
         texts, k = message
         try:
             reply = (True, model.predict(texts, k=k, **overrides) if texts else [])
-        except Exception as e:  # noqa: BLE001  (sent back: the server answers 500 and logs it)
+        except Exception as e:
             reply = (False, f"{type(e).__name__}: {e}")
         try:
             conn.send(reply)
@@ -263,8 +267,9 @@ class _ProcessSlot:
 
         ctx = multiprocessing.get_context("fork")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, model, overrides, threads), daemon=True,
-                                name="xmc-model-worker")
+        self.proc = ctx.Process(
+            target=_worker_main, args=(child, model, overrides, threads), daemon=True, name="xmc-model-worker"
+        )
         self.proc.start()
         child.close()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="xmc-worker-pipe")
@@ -281,17 +286,16 @@ class _ProcessSlot:
             self.conn.send((texts, k))
             ok, value = self.conn.recv()
         except (EOFError, OSError, BrokenPipeError) as e:
-            raise WorkerDied(f"model worker {self.proc.pid} died ({type(e).__name__}; exit code "
-                             f"{self.proc.exitcode})") from None
+            raise WorkerDied(
+                f"model worker {self.proc.pid} died ({type(e).__name__}; exit code {self.proc.exitcode})"
+            ) from None
         if not ok:
             raise RuntimeError(value)
         return value
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             self.conn.send(None)
-        except (OSError, ValueError):
-            pass
         self.proc.join(timeout=5)
         if self.proc.is_alive():
             self.proc.terminate()
@@ -305,8 +309,15 @@ class MicroBatcher:
     pass: one pass at a time in a thread (``workers=1``), or up to ``workers`` at once in forked
     worker processes (for models whose prediction holds the GIL, e.g. TF-IDF in Python)."""
 
-    def __init__(self, model: Any, max_batch: int = 1024, max_queue: int = 4096, request_timeout: float = 30.0,
-                 metrics: Metrics | None = None, workers: int = 1):
+    def __init__(
+        self,
+        model: Any,
+        max_batch: int = 1024,
+        max_queue: int = 4096,
+        request_timeout: float = 30.0,
+        metrics: Metrics | None = None,
+        workers: int = 1,
+    ):
         self.model = model  # XMCModel (anything with predict(texts, k=...))
         self.max_batch, self.max_queue, self.request_timeout = max_batch, max_queue, request_timeout
         self.metrics = metrics or Metrics()
@@ -370,12 +381,17 @@ class MicroBatcher:
     def admit(self, n: int, budget: float | None = None) -> None:
         """Raise :class:`QueueFull` unless ``n`` more texts fit (count and, when others wait, time)."""
         if self.queued_texts + n > self.max_queue:
-            raise QueueFull(f"the queue is full ({self.queued_texts} texts waiting, limit {self.max_queue}); "
-                            "retry later", self.retry_after())
+            raise QueueFull(
+                f"the queue is full ({self.queued_texts} texts waiting, limit {self.max_queue}); retry later",
+                self.retry_after(),
+            )
         budget = self.request_timeout if budget is None else budget
         if self.queued_texts and self.estimated_wait(n) > budget:
-            raise QueueFull(f"the queue holds about {self.estimated_wait():.1f} s of work, more than the "
-                            f"request timeout of {self.request_timeout:g} s; retry later", self.retry_after())
+            raise QueueFull(
+                f"the queue holds about {self.estimated_wait():.1f} s of work, more than the "
+                f"request timeout of {self.request_timeout:g} s; retry later",
+                self.retry_after(),
+            )
 
     @property
     def has_room(self) -> bool:
@@ -395,10 +411,12 @@ class MicroBatcher:
         self._wakeup.set()
         try:
             return await asyncio.wait_for(job.future, timeout=max(0.0, deadline - loop.time()))
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             self._unqueue(job)
-            raise RequestTimeout(f"no answer within the request timeout of {self.request_timeout:g} s "
-                                 f"({self.queued_texts} texts still queued)") from None
+            raise RequestTimeout(
+                f"no answer within the request timeout of {self.request_timeout:g} s "
+                f"({self.queued_texts} texts still queued)"
+            ) from None
         except asyncio.CancelledError:  # the client went away
             self._unqueue(job)
             raise
@@ -442,7 +460,7 @@ class MicroBatcher:
         start = time.perf_counter()
         try:
             rows = await slot.run(texts, k)
-        except Exception as e:  # noqa: BLE001  (reported to every waiting request)
+        except Exception as e:
             self.metrics.predict_errors += 1
             log.error("forward pass over %d texts failed: %s", len(texts), e, exc_info=not isinstance(e, WorkerDied))
             for job in batch:
@@ -455,8 +473,9 @@ class MicroBatcher:
         elapsed = time.perf_counter() - start
         if texts:  # per text of one worker: with several workers the queue drains that much faster
             per_text = elapsed / len(texts) / len(self.slots)
-            self.seconds_per_text = per_text if self.seconds_per_text is None else \
-                0.8 * self.seconds_per_text + 0.2 * per_text
+            self.seconds_per_text = (
+                per_text if self.seconds_per_text is None else 0.8 * self.seconds_per_text + 0.2 * per_text
+            )
         self.stats["requests"] += len(batch)
         self.stats["batches"] += 1
         self.stats["texts"] += len(texts)
@@ -465,10 +484,10 @@ class MicroBatcher:
         self.metrics.batch_seconds.observe(elapsed)
         start_row = 0
         for job in batch:  # each request gets its rows, cut to its own k (rows are sorted)
-            part = rows[start_row:start_row + len(job.texts)]
+            part = rows[start_row : start_row + len(job.texts)]
             start_row += len(job.texts)
             if not job.future.done():
-                job.future.set_result([{key: value[:job.k] for key, value in row.items()} for row in part])
+                job.future.set_result([{key: value[: job.k] for key, value in row.items()} for row in part])
 
 
 # ---------------------------------------------------------------------------------------------- keys
@@ -584,7 +603,7 @@ class _Guard:
                 return message
 
             await self.app(scope, receive_limited, send_status)
-        except Exception:  # noqa: BLE001  (one line to the client, the traceback to the log)
+        except Exception:
             log.exception("error while answering %s %s", scope.get("method"), path)
             if not status[0]:
                 await _json_error(500, "internal error (the server log has the details)")(scope, receive, send_status)
@@ -600,20 +619,26 @@ class _Guard:
                     header = value.decode("latin-1")
                     break
             if not key_matches(header, s.key_hashes):
-                return _json_error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                                   "Authorization", {"WWW-Authenticate": "Bearer"})
+                return _json_error(
+                    401,
+                    "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                    "Authorization",
+                    {"WWW-Authenticate": "Bearer"},
+                )
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 size = value.decode("latin-1").strip()
                 if not size.isdigit():
                     return _json_error(400, f"bad Content-Length {size!r}", "Content-Length")
                 if int(size) > s.limits.max_body_bytes:
-                    return _json_error(413, f"request body of {size} bytes exceeds the limit of "
-                                            f"{s.limits.max_body_bytes}", "body")
+                    return _json_error(
+                        413, f"request body of {size} bytes exceeds the limit of {s.limits.max_body_bytes}", "body"
+                    )
         if s.draining and path == "/predict":
             s.metrics.rejected["draining"] += 1
-            return _json_error(503, "the server is shutting down; retry on another instance", None,
-                               {"Retry-After": "1"})
+            return _json_error(
+                503, "the server is shutting down; retry on another instance", None, {"Retry-After": "1"}
+            )
         return None
 
 
@@ -651,9 +676,14 @@ class Served:
 
     def errors(self, *codes: int) -> dict[int | str, dict[str, Any]]:
         """OpenAPI responses of ``codes``, each with the error body's schema."""
-        what = {400: "malformed request", 401: "missing or wrong API key", 413: "request too large",
-                422: "invalid field", 503: "queue full or shutting down (see Retry-After)",
-                504: "no answer within the request timeout"}
+        what = {
+            400: "malformed request",
+            401: "missing or wrong API key",
+            413: "request too large",
+            422: "invalid field",
+            503: "queue full or shutting down (see Retry-After)",
+            504: "no answer within the request timeout",
+        }
         return {code: {"model": self.schemas.Error, "description": what[code]} for code in codes}
 
 
@@ -665,12 +695,19 @@ def api_schemas(limits: Limits) -> Any:
 
     class PredictRequest(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        texts: list[str] = Field(description=f"documents to label: at most {limits.max_texts} texts of at most "
-                                             f"{limits.max_text_chars} characters (more: 413)",
-                                 json_schema_extra={"maxItems": limits.max_texts,
-                                                    "items": {"type": "string", "maxLength": limits.max_text_chars}})
-        k: int = Field(5, description=f"labels per document, 1..{limits.max_k}",
-                       json_schema_extra={"minimum": 1, "maximum": limits.max_k})
+        texts: list[str] = Field(
+            description=f"documents to label: at most {limits.max_texts} texts of at most "
+            f"{limits.max_text_chars} characters (more: 413)",
+            json_schema_extra={
+                "maxItems": limits.max_texts,
+                "items": {"type": "string", "maxLength": limits.max_text_chars},
+            },
+        )
+        k: int = Field(
+            5,
+            description=f"labels per document, 1..{limits.max_k}",
+            json_schema_extra={"minimum": 1, "maximum": limits.max_k},
+        )
 
     class Prediction(BaseModel):
         labels: list[str]
@@ -687,8 +724,13 @@ def api_schemas(limits: Limits) -> Any:
     return SimpleNamespace(PredictRequest=PredictRequest, PredictResponse=PredictResponse, Error=Error)
 
 
-def create_app(model: Any, limits: Limits | None = None, api_keys: Sequence[bytes] | None = None,
-               warm_up: bool = True, workers: int = 1) -> Any:
+def create_app(
+    model: Any,
+    limits: Limits | None = None,
+    api_keys: Sequence[bytes] | None = None,
+    warm_up: bool = True,
+    workers: int = 1,
+) -> Any:
     """The FastAPI app serving ``model`` (an :class:`xtransformer.model.XMCModel`); ``api_keys``:
     sha256 digests of the accepted keys (:func:`read_api_keys`), none: no keys needed; ``workers``:
     forward passes at once, in worker processes forked here (1: a thread of this process)."""
@@ -697,18 +739,37 @@ def create_app(model: Any, limits: Limits | None = None, api_keys: Sequence[byte
     limits = limits or Limits()
     limits.check()
     metrics = Metrics()
-    batcher = MicroBatcher(model, max_batch=limits.max_batch, max_queue=limits.max_queue,
-                           request_timeout=limits.request_timeout, metrics=metrics, workers=workers)
+    batcher = MicroBatcher(
+        model,
+        max_batch=limits.max_batch,
+        max_queue=limits.max_queue,
+        request_timeout=limits.request_timeout,
+        metrics=metrics,
+        workers=workers,
+    )
     manifest = getattr(model, "manifest", None) or {}  # not part of the model's promised surface: optional
-    srv = Served(model, batcher, limits, metrics, ServerState(limits, metrics, list(api_keys or [])), manifest,
-                 {"ready": False}, api_schemas(limits))
-    app = FastAPI(title="xtransformer model server", version=str(manifest.get("library_version", "unknown")),
-                  description=f"{model.method} model, {model.n_labels} labels", lifespan=_lifespan(srv, warm_up))
+    srv = Served(
+        model,
+        batcher,
+        limits,
+        metrics,
+        ServerState(limits, metrics, list(api_keys or [])),
+        manifest,
+        {"ready": False},
+        api_schemas(limits),
+    )
+    app = FastAPI(
+        title="xtransformer model server",
+        version=str(manifest.get("library_version", "unknown")),
+        description=f"{model.method} model, {model.n_labels} labels",
+        lifespan=_lifespan(srv, warm_up),
+    )
     app.state.batcher = batcher
     app.state.server = srv.state
     _error_handlers(app)
     _predict_route(app, srv)
     _status_routes(app, srv)
+    _info_routes(app, srv)
     app.openapi = lambda: _openapi(app, srv.state)
     app.add_middleware(_Guard, server=srv.state)
     return app
@@ -723,7 +784,7 @@ def _lifespan(srv: Served, warm_up: bool) -> Any:
         if warm_up:  # the first pass pays for lazy imports and allocations, not the first client
             try:
                 await srv.batcher.predict(["warm up"], 1)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 log.warning("warm-up prediction failed: %s", e)
         srv.loaded["ready"] = True
         yield
@@ -775,14 +836,16 @@ def _predict_route(app: Any, srv: Served) -> None:
             return _json_error(413, f"{len(req.texts)} texts in one request; the limit is {limits.max_texts}", "texts")
         for i, text in enumerate(req.texts):
             if len(text) > limits.max_text_chars:
-                return _json_error(413, f"texts[{i}] has {len(text)} characters; the limit is "
-                                        f"{limits.max_text_chars}", f"texts[{i}]")
+                return _json_error(
+                    413, f"texts[{i}] has {len(text)} characters; the limit is {limits.max_text_chars}", f"texts[{i}]"
+                )
         if not 1 <= req.k <= limits.max_k:
             return _json_error(422, f"k must be between 1 and {limits.max_k}, got {req.k}", "k")
         t0 = request.scope.get("xmc_t0") or asyncio.get_running_loop().time()
         try:
-            rows = await srv.batcher.predict([_valid_unicode(t) for t in req.texts], req.k,
-                                             deadline=t0 + limits.request_timeout)
+            rows = await srv.batcher.predict(
+                [_valid_unicode(t) for t in req.texts], req.k, deadline=t0 + limits.request_timeout
+            )
         except QueueFull as e:
             srv.metrics.rejected["queue_full"] += 1
             return _json_error(503, str(e), None, {"Retry-After": str(e.retry_after)})
@@ -793,9 +856,8 @@ def _predict_route(app: Any, srv: Served) -> None:
 
 
 def _status_routes(app: Any, srv: Served) -> None:
-    """``/health``, ``/ready``, ``/metrics``, ``/labels`` and the page at ``/``."""
-    from fastapi import Query
-    from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+    """``/health``, ``/ready`` and ``/metrics``."""
+    from fastapi.responses import JSONResponse, PlainTextResponse
 
     model, batcher, limits = srv.model, srv.batcher, srv.limits
 
@@ -804,12 +866,23 @@ def _status_routes(app: Any, srv: Served) -> None:
         """Liveness: the process answers and its model workers live (200 whatever the queue)."""
         if not batcher.alive:
             return _json_error(503, "a model worker died; restart the server")
-        return {"status": "ok", "method": model.method, "workers": batcher.workers, "n_labels": model.n_labels,
-                "format_version": srv.manifest.get("format_version"), "batching": dict(batcher.stats),
-                "queue_texts": batcher.queued_texts, "auth": bool(srv.state.key_hashes),
-                "limits": {"max_texts": limits.max_texts, "max_text_chars": limits.max_text_chars,
-                           "max_k": limits.max_k, "max_queue": limits.max_queue,
-                           "request_timeout": limits.request_timeout}}
+        return {
+            "status": "ok",
+            "method": model.method,
+            "workers": batcher.workers,
+            "n_labels": model.n_labels,
+            "format_version": srv.manifest.get("format_version"),
+            "batching": dict(batcher.stats),
+            "queue_texts": batcher.queued_texts,
+            "auth": bool(srv.state.key_hashes),
+            "limits": {
+                "max_texts": limits.max_texts,
+                "max_text_chars": limits.max_text_chars,
+                "max_k": limits.max_k,
+                "max_queue": limits.max_queue,
+                "request_timeout": limits.request_timeout,
+            },
+        }
 
     @app.get("/ready", responses={503: {"model": srv.schemas.Error, "description": "not ready"}})
     async def ready() -> Any:
@@ -821,16 +894,30 @@ def _status_routes(app: Any, srv: Served) -> None:
     @app.get("/metrics", response_class=PlainTextResponse, responses=srv.errors(401))
     async def prometheus() -> PlainTextResponse:
         """Prometheus text format: requests, texts, batch sizes, queue depth, latency histograms."""
-        return PlainTextResponse(srv.metrics.render(batcher, model, srv.is_ready()[0]),
-                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+        return PlainTextResponse(
+            srv.metrics.render(batcher, model, srv.is_ready()[0]), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+
+def _info_routes(app: Any, srv: Served) -> None:
+    """``/labels`` (the label space, paged) and the page at ``/``."""
+    from fastapi import Query
+    from fastapi.responses import HTMLResponse
+
+    model = srv.model
 
     @app.get("/labels", responses=srv.errors(401, 422))
-    async def labels(offset: int = Query(0, ge=0, description="first label index"),
-                     limit: int | None = Query(None, ge=0, description="labels to return (default: all)")
-                     ) -> dict[str, Any]:
+    async def labels(
+        offset: int = Query(0, ge=0, description="first label index"),
+        limit: int | None = Query(None, ge=0, description="labels to return (default: all)"),
+    ) -> dict[str, Any]:
         end = None if limit is None else offset + limit
-        return {"n_labels": model.n_labels, "offset": offset, "ids": model.label_ids[offset:end],
-                "names": model.label_names[offset:end]}
+        return {
+            "n_labels": model.n_labels,
+            "offset": offset,
+            "ids": model.label_ids[offset:end],
+            "names": model.label_names[offset:end],
+        }
 
     page = page_html()
 
@@ -868,21 +955,32 @@ def make_server(app: Any, host: str, port: int, log_level: str = "warning", drai
     import uvicorn
 
     state: ServerState | None = getattr(app.state, "server", None)
-    timeout = drain_timeout if drain_timeout is not None else \
-        (state.limits.request_timeout + 10 if state is not None else 30)
+    timeout = (
+        drain_timeout if drain_timeout is not None else (state.limits.request_timeout + 10 if state is not None else 30)
+    )
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             if state is not None and not state.draining:
                 state.draining = True
-                print(f"xmc-serve: signal {sig}: not accepting connections, answering "
-                      f"{app.state.batcher.queued_texts} queued texts, then exiting", file=sys.stderr, flush=True)
+                print(
+                    f"xmc-serve: signal {sig}: not accepting connections, answering "
+                    f"{app.state.batcher.queued_texts} queued texts, then exiting",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if self.should_exit:  # a second signal: stop now
                 self.force_exit = True
             self.should_exit = True
 
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=timeout,
-                            access_log=log_level in ("debug", "trace", "info"))
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=timeout,
+        access_log=log_level in ("debug", "trace", "info"),
+    )
     return Server(config)
 
 
@@ -896,29 +994,50 @@ def is_loopback(host: str) -> bool:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="xmc-serve", description="Serve a saved model folder over HTTP: POST /predict, "
-                                "a page to try it at /, GET /health, /ready, /metrics, /labels, docs at /docs.")
+    p = argparse.ArgumentParser(
+        prog="xmc-serve",
+        description="Serve a saved model folder over HTTP: POST /predict, "
+        "a page to try it at /, GET /health, /ready, /metrics, /labels, docs at /docs.",
+    )
     p.add_argument("--model", required=True, help="a method folder, a run's model/ folder or a run folder")
     p.add_argument("--method", default=None, help="which method of a run's model/ folder (default: the main one)")
-    p.add_argument("--host", default=None, help=f"address to listen on (default {DEFAULT_HOST}: this machine only; "
-                                                "0.0.0.0: every interface)")
+    p.add_argument(
+        "--host",
+        default=None,
+        help=f"address to listen on (default {DEFAULT_HOST}: this machine only; 0.0.0.0: every interface)",
+    )
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key-file", default=None, help="require 'Authorization: Bearer <key>' with one of the keys "
-                                                        "in this file (one a line)")
+    p.add_argument(
+        "--api-key-file",
+        default=None,
+        help="require 'Authorization: Bearer <key>' with one of the keys in this file (one a line)",
+    )
     d = Limits()
     p.add_argument("--max-texts", type=int, default=d.max_texts, help="texts per request (more: 413)")
     p.add_argument("--max-text-chars", type=int, default=d.max_text_chars, help="characters per text (more: 413)")
     p.add_argument("--max-k", type=int, default=d.max_k, help="labels per text")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="request body size (more: 413)")
     p.add_argument("--max-batch", type=int, default=d.max_batch, help="texts per forward pass")
-    p.add_argument("--workers", type=int, default=1,
-                   help="forward passes at once, each in a worker process forked after loading the model (its "
-                        "arrays shared); for models whose prediction holds the GIL, e.g. XR-Linear's TF-IDF. "
-                        "Default 1: one model thread in the server process")
-    p.add_argument("--max-queue", type=int, default=d.max_queue,
-                   help="texts waiting for a forward pass; a request that does not fit gets 503 + Retry-After")
-    p.add_argument("--request-timeout", type=float, default=d.request_timeout,
-                   help="seconds from arrival to answer; a request still waiting then gets 504")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="forward passes at once, each in a worker process forked after loading the model (its "
+        "arrays shared); for models whose prediction holds the GIL, e.g. XR-Linear's TF-IDF. "
+        "Default 1: one model thread in the server process",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=d.max_queue,
+        help="texts waiting for a forward pass; a request that does not fit gets 503 + Retry-After",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=d.request_timeout,
+        help="seconds from arrival to answer; a request still waiting then gets 504",
+    )
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the model's files")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     return p
@@ -928,15 +1047,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     return serve(parser().parse_args(argv))
 
 
+def announce(args: argparse.Namespace, model: Any, host: str, keys: Sequence[bytes]) -> None:
+    """What is served, where, and who may call it (stderr, at start)."""
+    where = "this machine only" if is_loopback(host) else "reachable from other machines"
+    origin = "" if args.host else " (no --host given; --host 0.0.0.0 to listen on every interface)"
+    print(f"xmc-serve: {model.method} model, {model.n_labels} labels, from {model.folder}", file=sys.stderr)
+    print(f"xmc-serve: listening on http://{host}:{args.port}: {where}{origin}; try it at /", file=sys.stderr)
+    if keys:
+        print(
+            f"xmc-serve: {len(keys)} API key(s) from {args.api_key_file}: requests need 'Authorization: Bearer <key>'",
+            file=sys.stderr,
+        )
+    else:
+        anyone = "" if is_loopback(host) else f"; anyone who can reach {host}:{args.port} can use the model"
+        print(f"xmc-serve: no --api-key-file: requests are not authenticated{anyone}", file=sys.stderr)
+
+
 def serve(args: argparse.Namespace, wrap_model: Any = None) -> int:
     """``main`` after parsing (``wrap_model``: tests wrap the loaded model, e.g. to slow it down)."""
+
     def fail(message: str) -> int:
         print(f"xmc-serve: error: {message}", file=sys.stderr)
         return 2
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    limits = Limits(args.max_texts, args.max_text_chars, args.max_k, args.max_body_bytes, args.max_batch,
-                    args.max_queue, args.request_timeout)
+    limits = Limits(
+        args.max_texts,
+        args.max_text_chars,
+        args.max_k,
+        args.max_body_bytes,
+        args.max_batch,
+        args.max_queue,
+        args.request_timeout,
+    )
     try:
         limits.check()
         keys = read_api_keys(args.api_key_file) if args.api_key_file else []
@@ -952,22 +1095,12 @@ def serve(args: argparse.Namespace, wrap_model: Any = None) -> int:
         model = XMCModel.load(args.model, method=args.method, verify=not args.no_verify)
     except (ValueError, OSError) as e:
         return fail(str(e))
-    except Exception as e:  # noqa: BLE001  (a folder this version cannot read: one line, no traceback)
+    except Exception as e:
         return fail(f"{args.model}: cannot load the model ({type(e).__name__}: {e})")
     if wrap_model is not None:
         model = wrap_model(model)
     host = args.host or DEFAULT_HOST
-    where = "this machine only" if is_loopback(host) else "reachable from other machines"
-    origin = "" if args.host else " (no --host given; --host 0.0.0.0 to listen on every interface)"
-    print(f"xmc-serve: {model.method} model, {model.n_labels} labels, from {model.folder}", file=sys.stderr)
-    print(f"xmc-serve: listening on http://{host}:{args.port}: {where}{origin}; try it at /", file=sys.stderr)
-    if keys:
-        print(f"xmc-serve: {len(keys)} API key(s) from {args.api_key_file}: requests need "
-              "'Authorization: Bearer <key>'", file=sys.stderr)
-    else:
-        print("xmc-serve: no --api-key-file: requests are not authenticated"
-              + ("" if is_loopback(host) else f"; anyone who can reach {host}:{args.port} can use the model"),
-              file=sys.stderr)
+    announce(args, model, host, keys)
     sys.stderr.flush()
     if args.workers > 1:
         print(f"xmc-serve: {args.workers} model worker processes", file=sys.stderr)

@@ -22,7 +22,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 from typing import Any, ClassVar, TypeVar
 
 from xtransformer.errors import UserError
@@ -77,8 +77,9 @@ class Settings:
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(values) - set(known))
         if unknown:
-            raise cls.error(f"unknown key(s) {[_join(where, k) for k in unknown]}; "
-                            f"{where or 'this section'} takes {known}")
+            raise cls.error(
+                f"unknown key(s) {[_join(where, k) for k in unknown]}; {where or 'this section'} takes {known}"
+            )
         hints = _hints(cls)
         for name, value in list(values.items()):
             sub = _settings_class(hints[name])
@@ -135,8 +136,10 @@ class Settings:
 
 
 # records that moved when the methods became packages: configs written before still name the old place
-_MOVED = {"xtransformer.pipeline.settings.XRLinearConfig": "xtransformer.methods.xrlinear.XRLinearConfig",
-          "xtransformer.xrtransformer.XRTransformerConfig": "xtransformer.methods.xrtransformer.XRTransformerConfig"}
+_MOVED = {
+    "xtransformer.pipeline.settings.XRLinearConfig": "xtransformer.methods.xrlinear.XRLinearConfig",
+    "xtransformer.xrtransformer.XRTransformerConfig": "xtransformer.methods.xrtransformer.XRTransformerConfig",
+}
 
 
 def _target_class(base: type[S], target: str, where: str) -> type[S]:
@@ -150,8 +153,9 @@ def _target_class(base: type[S], target: str, where: str) -> type[S]:
         moved = f" (it moved: write {_MOVED[str(target)]})" if str(target) in _MOVED else ""
         raise base.error(f"{_join(where, '_target_')}={target!r}: no such class{moved}") from None
     if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise base.error(f"{_join(where, '_target_')}={target!r}: must be "
-                         f"{base.__module__}.{base.__qualname__} or a subclass of it")
+        raise base.error(
+            f"{_join(where, '_target_')}={target!r}: must be {base.__module__}.{base.__qualname__} or a subclass of it"
+        )
     return cls
 
 
@@ -160,7 +164,7 @@ def _target_class(base: type[S], target: str, where: str) -> type[S]:
 _WHERE: contextvars.ContextVar[str] = contextvars.ContextVar("settings_where", default="")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 

@@ -32,15 +32,17 @@ class Candidates:
     n_docs: int
 
     @classmethod
-    def from_csr(cls, M: sp.spmatrix) -> "Candidates":
+    def from_csr(cls, M: sp.spmatrix) -> Candidates:
         M = sp.csr_matrix(M)
         doc = np.repeat(np.arange(M.shape[0], dtype=np.int64), np.diff(M.indptr))
         return cls(doc, M.indices.astype(np.int64), M.data.astype(np.float32), M.shape[0])
 
     @classmethod
-    def root(cls, n_docs: int, score: float) -> "Candidates":
+    def root(cls, n_docs: int, score: float) -> Candidates:
         """Every document under the single root node."""
-        return cls(np.arange(n_docs, dtype=np.int64), np.zeros(n_docs, np.int64), np.full(n_docs, score, np.float32), n_docs)
+        return cls(
+            np.arange(n_docs, dtype=np.int64), np.zeros(n_docs, np.int64), np.full(n_docs, score, np.float32), n_docs
+        )
 
     def to_padded(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(idx, vals)``, ``n_docs x k``, in stored order; missing slots are -1 / ``-inf``.

@@ -122,8 +122,9 @@ def test_failing_system_is_recorded_and_others_still_run(tmp_path: Path) -> None
     broken = SystemSpec("broken", "always fails", script)
     missing = SystemSpec("missing", "needs a module", script, requires=("xtransformer.nonesuch:thing",))
     problem = prepare_synthetic(TINY, tmp_path / "work")
-    result = benchmark(problem, [broken, missing, REGISTRY["popular"]], 1, RunSettings(), tmp_path / "work",
-                       reference="popular")
+    result = benchmark(
+        problem, [broken, missing, REGISTRY["popular"]], 1, RunSettings(), tmp_path / "work", reference="popular"
+    )
     runs = {r["system"]: r for r in result["runs"]}
     assert not runs["broken"]["ok"] and "boom: bad model" in runs["broken"]["error"]
     assert "exit code 3" in runs["broken"]["error"]
@@ -133,16 +134,23 @@ def test_failing_system_is_recorded_and_others_still_run(tmp_path: Path) -> None
 
 
 def _record(system: str, repeat: int, train: float, predict: float, rss: float) -> RunRecord:
-    timings = {"seconds": {"index": 1.0, "train": train, "save": 0.0},
-               "predictions": {"default": {"load_s": 0.1, "predict_s": predict, "n_docs": 100}},
-               "variants": ["default"], "model_bytes": 2**20}
+    timings = {
+        "seconds": {"index": 1.0, "train": train, "save": 0.0},
+        "predictions": {"default": {"load_s": 0.1, "predict_s": predict, "n_docs": 100}},
+        "variants": ["default"],
+        "model_bytes": 2**20,
+    }
     return RunRecord(system, repeat, True, 1.0, rss, timings=timings, metrics={"default": {"P@1": 50.0}})
 
 
 def test_summary_takes_ratios_within_each_repeat() -> None:
     # Repeat 1 is a slow machine moment for both: per-repeat ratios stay exactly 2.
-    records = [_record("ref", 0, 1.0, 1.0, 100.0), _record("b", 0, 3.0, 0.5, 150.0),
-               _record("ref", 1, 9.0, 4.0, 100.0), _record("b", 1, 19.0, 2.0, 150.0)]
+    records = [
+        _record("ref", 0, 1.0, 1.0, 100.0),
+        _record("b", 0, 3.0, 0.5, 150.0),
+        _record("ref", 1, 9.0, 4.0, 100.0),
+        _record("b", 1, 19.0, 2.0, 150.0),
+    ]
     summary = report.summarize(records, reference="ref")
     assert summary["b"]["ratio_fit_s"]["values"] == [2.0, 2.0]
     assert summary["b"]["ratio_docs_per_s"]["median"] == pytest.approx(2.0)
@@ -155,9 +163,26 @@ def test_summary_takes_ratios_within_each_repeat() -> None:
 
 def test_cli_end_to_end_on_synthetic(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    result = main(["--synthetic", "300x40", "--n-test", "80", "--n-features", "2000",
-                   "--systems", "popular,ours-xrlinear", "--repeats", "2", "--reference", "popular",
-                   "--out", str(out), "--work", str(tmp_path / "work")])
+    result = main(
+        [
+            "--synthetic",
+            "300x40",
+            "--n-test",
+            "80",
+            "--n-features",
+            "2000",
+            "--systems",
+            "popular,ours-xrlinear",
+            "--repeats",
+            "2",
+            "--reference",
+            "popular",
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+        ]
+    )
     name = "synthetic-n300-l40-f2000-seed0"
     saved = json.loads((out / f"{name}.json").read_text())
     assert (out / f"{name}.md").read_text() == saved["markdown"] == result["markdown"]
@@ -171,9 +196,29 @@ def test_cli_end_to_end_on_synthetic(tmp_path: Path) -> None:
 
 def test_scaling_writes_curves_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    record = main(["--scaling", "--systems", "popular", "--n-test", "50", "--n-features", "1000",
-                   "--scale-labels", "20,40", "--scale-docs", "100,200", "--fixed-docs", "200",
-                   "--fixed-labels", "20", "--out", str(out), "--work", str(tmp_path / "work")])
+    record = main(
+        [
+            "--scaling",
+            "--systems",
+            "popular",
+            "--n-test",
+            "50",
+            "--n-features",
+            "1000",
+            "--scale-labels",
+            "20,40",
+            "--scale-docs",
+            "100,200",
+            "--fixed-docs",
+            "200",
+            "--fixed-labels",
+            "20",
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+        ]
+    )
     assert sorted(x for x, _ in record["curves"]["labels"]["popular"]["train_s"]) == [20, 40]
     assert sorted(x for x, _ in record["curves"]["docs"]["popular"]["train_s"]) == [100, 200]
     png = out / "scaling-n200-l20-f1000.png"

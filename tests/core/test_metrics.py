@@ -175,8 +175,7 @@ def test_max_k_truncates_and_pads():
 
 def test_binary_labels_ignore_values_zeros_and_duplicates():
     # Stored zero is not a label; duplicate entries and non-unit values count once.
-    Y = sp.csr_matrix((np.array([3.0, 0.0, 1.0, 1.0]), np.array([1, 2, 1, 0]), np.array([0, 4])),
-                      shape=(1, 4))
+    Y = sp.csr_matrix((np.array([3.0, 0.0, 1.0, 1.0]), np.array([1, 2, 1, 0]), np.array([0, 4])), shape=(1, 4))
     idx = np.array([[2, 1, 0]])
     np.testing.assert_allclose(precision_at_k(Y, idx), [0, 0.5, 2 / 3])
     np.testing.assert_allclose(recall_at_k(Y, idx), [0, 0.5, 1.0])
@@ -185,30 +184,37 @@ def test_binary_labels_ignore_values_zeros_and_duplicates():
 def test_evaluate_hand_made_example():
     # doc0 true {0,2}, ranked 0,1,2; doc1 true {1}, ranked 1; doc2 no label, tie 3/4 -> 3 then 4.
     Y = _one_hot_labels([[0, 2], [1], []], 5)
-    S = sp.csr_matrix(
-        ([0.9, 0.8, 0.5, 0.3, 0.7, 0.7], ([0, 0, 0, 1, 2, 2], [0, 1, 2, 1, 4, 3])), shape=(3, 5)
-    )
+    S = sp.csr_matrix(([0.9, 0.8, 0.5, 0.3, 0.7, 0.7], ([0, 0, 0, 1, 2, 2], [0, 1, 2, 1, 4, 3])), shape=(3, 5))
     w = np.arange(1.0, 6.0)
     m = evaluate(Y, S, inv_propensity=w)
     expected = {
-        "P@1": 200 / 3, "P@2": 100 / 3, "P@3": 100 / 3, "P@5": 20.0,
-        "R@1": 50.0, "R@3": 200 / 3,
+        "P@1": 200 / 3,
+        "P@2": 100 / 3,
+        "P@3": 100 / 3,
+        "P@5": 20.0,
+        "R@1": 50.0,
+        "R@3": 200 / 3,
         "nDCG@1": 200 / 3,
         "nDCG@2": 100 * (1 / (1 + 1 / math.log2(3)) + 1) / 3,
         "nDCG@3": 100 * (1.5 / (1 + 1 / math.log2(3)) + 1) / 3,
         # PSP: gains (w0=1 | w1=2), best (w2=3 | w1=2) at k=1; (1+3 | 2) vs (3+1 | 2) at k=3.
-        "PSP@1": 60.0, "PSP@2": 50.0, "PSP@3": 100.0,
-        "PSP_raw@1": 100.0, "PSP_raw@3": 100 * (4 / 3 + 2 / 3) / 3,
-        "n_docs": 3, "n_docs_no_label": 1,
+        "PSP@1": 60.0,
+        "PSP@2": 50.0,
+        "PSP@3": 100.0,
+        "PSP_raw@1": 100.0,
+        "PSP_raw@3": 100 * (4 / 3 + 2 / 3) / 3,
+        "n_docs": 3,
+        "n_docs_no_label": 1,
     }
     for key, value in expected.items():
         assert m[key] == pytest.approx(value), key
-    assert set(m) == {f"{p}@{k}" for p in ("P", "R", "nDCG", "PSP", "PSP_raw")
-                      for k in range(1, 6)} | {"n_docs", "n_docs_no_label"}
+    assert set(m) == {f"{p}@{k}" for p in ("P", "R", "nDCG", "PSP", "PSP_raw") for k in range(1, 6)} | {
+        "n_docs",
+        "n_docs_no_label",
+    }
     # The same ranking given as an (idx, vals) pair gives the same numbers; ks selects keys.
     pair = evaluate(Y, topk_from_scores(S, 3), ks=(1, 3))
-    assert set(pair) == {"P@1", "P@3", "R@1", "R@3", "nDCG@1", "nDCG@3", "n_docs",
-                         "n_docs_no_label"}
+    assert set(pair) == {"P@1", "P@3", "R@1", "R@3", "nDCG@1", "nDCG@3", "n_docs", "n_docs_no_label"}
     assert pair["P@3"] == pytest.approx(m["P@3"]) and pair["nDCG@3"] == pytest.approx(m["nDCG@3"])
 
 

@@ -50,10 +50,27 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     src.mkdir()
     for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "src", "configs"):
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
-        copy(ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__", "*.egg-info")}
-                                         if (ROOT / name).is_dir() else {}))
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(root / "dist"),
-          str(src)], cwd=root, env=env)
+        copy(
+            ROOT / name,
+            src / name,
+            **({"ignore": shutil.ignore_patterns("__pycache__", "*.egg-info")} if (ROOT / name).is_dir() else {}),
+        )
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(root / "dist"),
+            str(src),
+        ],
+        cwd=root,
+        env=env,
+    )
     wheel = next((root / "dist").glob("xtransformer-*.whl"))
     _run([str(py), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)], cwd=root, env=env)
     return py, env
@@ -61,8 +78,15 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 def test_installed_package_is_used_and_ships_its_configs(installed, tmp_path):
     py, env = installed
-    out = _run([str(py), "-c", "import xtransformer, xtransformer.cli as c; print(xtransformer.__file__); "
-                               "print(c.CONFIG_DIR)"], cwd=tmp_path, env=env)
+    out = _run(
+        [
+            str(py),
+            "-c",
+            "import xtransformer, xtransformer.cli as c; print(xtransformer.__file__); print(c.CONFIG_DIR)",
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     module_file, config_dir = out.stdout.split()
     assert str(ROOT / "src") not in module_file and "site-packages" in module_file
     assert Path(config_dir, "train.yaml").is_file() and "site-packages" in config_dir
@@ -76,14 +100,35 @@ def test_installed_xmc_train_and_predict_from_any_directory(installed, tmp_path)
     py, env = installed
     bin_dir = py.parent
     run_dir = tmp_path / "run"
-    _run([str(bin_dir / "xmc-train"), "method=xrlinear", "logger=none", "data.max_docs=300",
-          f"data.data_dir={SHARED_DATA}", f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run_dir}"],
-         cwd=tmp_path, env=env)
+    _run(
+        [
+            str(bin_dir / "xmc-train"),
+            "method=xrlinear",
+            "logger=none",
+            "data.max_docs=300",
+            f"data.data_dir={SHARED_DATA}",
+            f"paths.cache_dir={tmp_path / 'cache'}",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["metrics"]["P@1"] > 0.3
     texts = tmp_path / "texts.txt"
     texts.write_text("oil prices rose as opec cut output\ngrain exports fell\n")
-    out = _run([str(bin_dir / "xmc-predict"), "--model", str(run_dir / "model" / "xrlinear"), "--input", str(texts),
-                "--k", "3"], cwd=tmp_path, env=env)
+    out = _run(
+        [
+            str(bin_dir / "xmc-predict"),
+            "--model",
+            str(run_dir / "model" / "xrlinear"),
+            "--input",
+            str(texts),
+            "--k",
+            "3",
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     assert len(rows) == 2 and all(len(r["labels"]) == 3 for r in rows)

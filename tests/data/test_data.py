@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from run_helpers import write_text_dataset
 
 from xtransformer.data import (
     DataError,
@@ -16,10 +17,8 @@ from xtransformer.data import (
     tfidf_features,
     write_xc_sparse,
 )
-from run_helpers import write_text_dataset
 from xtransformer.data.tfidf import TfidfConfig
 from xtransformer.utils.io import save_csr
-
 
 TRAIN = (
     [f"doc {i} about {'wheat grain' if i % 2 else 'oil crude'} market" for i in range(20)],
@@ -150,8 +149,9 @@ def test_tfidf_lead_block_is_the_documents_opening_weighted_beside_the_body(toy,
     ds = load_dataset(str(toy), cache_dir=tmp_path / "c")
     body = tfidf_features(ds, {"min_df": 1}, cache_dir=tmp_path / "c")
     X = tfidf_features(ds, {"min_df": 1, "lead_chars": 12, "lead_weight": 0.5}, cache_dir=tmp_path / "c")
-    lead_vec = TfidfVectorizer(min_df=1, ngram_range=(1, 2), sublinear_tf=True, strip_accents="unicode",
-                               dtype=np.float32).fit([t[:12] for t in ds.splits["train"].texts])
+    lead_vec = TfidfVectorizer(
+        min_df=1, ngram_range=(1, 2), sublinear_tf=True, strip_accents="unicode", dtype=np.float32
+    ).fit([t[:12] for t in ds.splits["train"].texts])
     for split in ("train", "test"):
         lead = lead_vec.transform([t[:12] for t in ds.splits[split].texts]).toarray()
         want = np.hstack([body[split].toarray(), 0.5 * lead])
@@ -243,8 +243,11 @@ def _rewrite(folder: Path, name: str, fn) -> None:
 def test_bom_and_every_line_end_read_alike(toy, tmp_path, how):
     """A UTF-8 BOM is no label (it made a phantom "\\ufeffwheat"); CRLF and CR-only files align."""
     ref = load_dataset(str(toy), cache_dir=tmp_path / "c")
-    change = {"bom": lambda b: b"\xef\xbb\xbf" + b, "crlf": lambda b: b.replace(b"\n", b"\r\n"),
-              "cr": lambda b: b.replace(b"\n", b"\r")}[how]
+    change = {
+        "bom": lambda b: b"\xef\xbb\xbf" + b,
+        "crlf": lambda b: b.replace(b"\n", b"\r\n"),
+        "cr": lambda b: b.replace(b"\n", b"\r"),
+    }[how]
     for name in ("train_texts.txt", "train_labels.txt", "label_map.txt", "label_text.txt"):
         _rewrite(toy, name, change)
     ds = load_dataset(str(toy), cache_dir=tmp_path / "c")
@@ -270,7 +273,9 @@ def test_error_comma_in_label_id(toy, tmp_path, name, line):
 
 @pytest.mark.parametrize("value", [-5, 0, 2.5, "abc", True])
 def test_error_max_docs_not_positive(toy, tmp_path, value):
-    with pytest.raises(DataError, match=rf"^data\.max_docs={value!r}: (must be null .* or an int >= 1|expected an int or null)$"):
+    with pytest.raises(
+        DataError, match=rf"^data\.max_docs={value!r}: (must be null .* or an int >= 1|expected an int or null)$"
+    ):
         load_dataset(str(toy), cache_dir=tmp_path / "c", max_docs=value)
 
 
@@ -283,10 +288,17 @@ def test_unseen_eval_labels_counted(tmp_path):
     folder = write_text_dataset(
         tmp_path / "d",
         {"train": (["a"] * 10, ["x"] * 10), "test": (["a", "b", "c", "d"], ["x", "y z", "x y", "x"])},
-        label_map=["x", "y", "z", "w"])
+        label_map=["x", "y", "z", "w"],
+    )
     ds = load_dataset(str(folder), cache_dir=tmp_path / "c")
-    assert ds.unseen_labels() == {"split": "test", "labels": 2, "positives": 3, "docs": 2,
-                                  "docs_only_unseen": 1, "n_docs": 4}
+    assert ds.unseen_labels() == {
+        "split": "test",
+        "labels": 2,
+        "positives": 3,
+        "docs": 2,
+        "docs_only_unseen": 1,
+        "n_docs": 4,
+    }
     assert ds.summary()["splits"]["test"]["labels_not_in_train"] == 2
 
 

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from tiny_models import FAMILIES, build_tiny, tiny_model_dir, toy_corpus
-from xtransformer.encoders import mpnet
+
 from xtransformer.encoders import (
     ModelNotFoundError,
     autocast_context,
@@ -21,6 +20,7 @@ from xtransformer.encoders import (
     default_pooling,
     embed_texts,
     load_encoder,
+    mpnet,
     pool_hidden,
     resolve_model,
 )
@@ -89,7 +89,7 @@ def _fake_slices(tmp_path: Path, parts: int = 3) -> list[tuple[Path, str]]:
     slices = []
     for i in range(parts):
         path = tmp_path / f"all-mpnet-base-v2.zip.{i + 1:03d}"
-        path.write_bytes(blob[cut[i]:cut[i + 1]])
+        path.write_bytes(blob[cut[i] : cut[i + 1]])
         digest = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
         slices.append((path, digest))
     return slices
@@ -129,8 +129,7 @@ def test_tiny_models_load_with_auto_classes(family: str) -> None:
     model, tokenizer = load_encoder(str(tiny_model_dir(family)))
     assert model.config.model_type == family
     assert tokenizer.padding_side == ("left" if family == "xlnet" else "right")
-    enc = tokenizer(["a short one", "a somewhat longer document than the first one"], padding=True,
-                    return_tensors="pt")
+    enc = tokenizer(["a short one", "a somewhat longer document than the first one"], padding=True, return_tensors="pt")
     ids = enc["input_ids"][0].tolist()
     special = {"bert": ("[CLS]", 0), "roberta": ("<s>", 0), "xlnet": ("<cls>", -1)}[family]
     first_real = ids.index(next(i for i in ids if i != tokenizer.pad_token_id))
@@ -164,8 +163,7 @@ def test_embeddings_do_not_depend_on_batch_padding(family: str) -> None:
     model, tokenizer = load_encoder(str(tiny_model_dir(family)))
     texts = toy_corpus()[:7]
     batched = embed_texts(model, tokenizer, texts, max_length=64, batch_size=4, progress=False)
-    alone = np.vstack([embed_texts(model, tokenizer, [t], max_length=64, batch_size=1, progress=False)
-                       for t in texts])
+    alone = np.vstack([embed_texts(model, tokenizer, [t], max_length=64, batch_size=1, progress=False) for t in texts])
     assert batched.shape == (7, model.config.hidden_size) and batched.dtype == np.float32
     np.testing.assert_allclose(batched, alone, atol=2e-4)
     normed = embed_texts(model, tokenizer, texts, max_length=64, normalize=True, pooling="mean", progress=False)
@@ -176,8 +174,7 @@ def test_embed_bf16_close_to_fp32() -> None:
     model, tokenizer = load_encoder(str(tiny_model_dir("bert")))
     texts = toy_corpus()[:8]
     fp32 = embed_texts(model, tokenizer, texts, max_length=64, normalize=True, progress=False)
-    bf16 = embed_texts(model, tokenizer, texts, max_length=64, normalize=True, precision="bf16-mixed",
-                       progress=False)
+    bf16 = embed_texts(model, tokenizer, texts, max_length=64, normalize=True, precision="bf16-mixed", progress=False)
     assert np.min(np.sum(fp32 * bf16, axis=1)) > 0.98
 
 
@@ -243,8 +240,12 @@ def test_tiny_tokenizers_identical_in_every_process(tmp_path: Path) -> None:
     texts = load_dataset("reuters21578", cache_dir=tmp_path / "data", max_docs=300).splits["train"].texts
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(t[:512] for t in texts), encoding="utf-8")
-    runs = [subprocess.run([sys.executable, "-c", _TRAIN_TOKENIZERS, str(corpus)], capture_output=True, text=True,
-                           timeout=120) for _ in range(2)]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", _TRAIN_TOKENIZERS, str(corpus)], capture_output=True, text=True, timeout=120
+        )
+        for _ in range(2)
+    ]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
     digests = [[line for line in r.stdout.splitlines() if line.split(" ")[0] in FAMILIES] for r in runs]
     assert len(digests[0]) == len(FAMILIES) and digests[0] == digests[1]

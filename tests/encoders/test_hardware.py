@@ -23,8 +23,10 @@ def _settings(*overrides: str):
 @pytest.fixture
 def cpu_bf16(monkeypatch):
     """Set whether this CPU 'has' native bf16; the once-only warnings are forgotten around the test."""
+
     def native(value: bool) -> None:
         monkeypatch.setattr(hardware, "native_bf16", lambda device_type: value)
+
     hardware.warn_emulated_bf16.cache_clear()
     yield native
     hardware.warn_emulated_bf16.cache_clear()
@@ -65,23 +67,35 @@ def test_explicit_bf16_on_an_emulating_cpu_is_kept_with_a_warning(cpu_bf16, capl
 
 def test_bf16_prediction_on_an_emulating_cpu_warns_naming_the_setting(cpu_bf16, caplog):
     cpu_bf16(False)
-    with caplog.at_level(logging.WARNING, logger="xtransformer.utils.hardware"):
-        with autocast_context("bf16-mixed", torch.device("cpu")):
-            pass
-    assert any(r.getMessage().startswith("inference_precision=bf16-mixed: this CPU has no native bf16")
-               for r in caplog.records)
+    with (
+        caplog.at_level(logging.WARNING, logger="xtransformer.utils.hardware"),
+        autocast_context("bf16-mixed", torch.device("cpu")),
+    ):
+        pass
+    assert any(
+        r.getMessage().startswith("inference_precision=bf16-mixed: this CPU has no native bf16") for r in caplog.records
+    )
     caplog.clear()
     cpu_bf16(True)
     hardware.warn_emulated_bf16.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="xtransformer.utils.hardware"):
-        with autocast_context("bf16-mixed", torch.device("cpu")), autocast_context("32-true", torch.device("cpu")):
-            pass
+    cpu = torch.device("cpu")
+    with (
+        caplog.at_level(logging.WARNING, logger="xtransformer.utils.hardware"),
+        autocast_context("bf16-mixed", cpu),
+        autocast_context("32-true", cpu),
+    ):
+        pass
     assert not caplog.records
 
 
-@pytest.mark.parametrize("caps, expected", [({"amx_bf16": True, "avx512_bf16": False}, True),
-                                            ({"amx_bf16": False, "avx512_bf16": True}, True),
-                                            ({"amx_bf16": False, "avx512_bf16": False, "avx2": True}, False)])
+@pytest.mark.parametrize(
+    "caps, expected",
+    [
+        ({"amx_bf16": True, "avx512_bf16": False}, True),
+        ({"amx_bf16": False, "avx512_bf16": True}, True),
+        ({"amx_bf16": False, "avx512_bf16": False, "avx2": True}, False),
+    ],
+)
 def test_native_bf16_reads_the_cpu_capabilities(monkeypatch, caps, expected):
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: caps)
     hardware.native_bf16.cache_clear()

@@ -7,7 +7,6 @@ import pytest
 import scipy.sparse as sp
 
 from xtransformer.data import load_dataset
-from xtransformer.metrics import evaluate
 from xtransformer.indexing import (
     ClusterChain,
     IndexingConfig,
@@ -20,6 +19,7 @@ from xtransformer.indexing import (
     reassign,
     save_quality_plots,
 )
+from xtransformer.metrics import evaluate
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, LinearRanker, RankerConfig, negative_mask
 from xtransformer.ranker.copies import LabelCopies
 from xtransformer.ranker.errors import RankerError
@@ -139,8 +139,17 @@ def test_lambda_1_bit_identical_chain_and_predictions(reuters):
     cfg = HierarchicalLinearConfig()
     # λ = 1 in the config changes nothing in the key or the tree: the stage keys drop the new fields
     icfg = IndexingConfig(n_clusters=16)
-    assert set(icfg.training_settings()) == {"name", "n_clusters", "max_leaf_size", "branching", "max_iter", "seed",
-                                          "normalize_y_rows", "orphan_fallback", "n_copies"}
+    assert set(icfg.training_settings()) == {
+        "name",
+        "n_clusters",
+        "max_leaf_size",
+        "branching",
+        "max_iter",
+        "seed",
+        "normalize_y_rows",
+        "orphan_fallback",
+        "n_copies",
+    }
     again, _ = build_index(icfg, Y, X_train_tfidf=X["train"])
     assert again.subsample(16) == chain
     before = HierarchicalLinear.train(X["train"], Y, list(chain), cfg)
@@ -156,7 +165,9 @@ def test_overlapping_xrlinear_trains_copies_and_predicts_labels(reuters, tmp_pat
     X, ds, chain = reuters
     Y, Yd = ds.splits["train"].Y, ds.splits["dev"].Y
     cfg = HierarchicalLinearConfig(topk=5)
-    new, report = learn_overlap(chain, X["train"], Y, IndexingConfig(n_clusters=16, n_copies=2, max_cluster_growth=None), cfg)
+    new, report = learn_overlap(
+        chain, X["train"], Y, IndexingConfig(n_clusters=16, n_copies=2, max_cluster_growth=None), cfg
+    )
     C = new.leaf_assignment
     assert report["labels_in_multiple_clusters"] > 0 and C.getnnz(axis=1).max() == 2
     assert (new[0] != chain[0]).nnz == 0  # only the leaf level changes
@@ -248,8 +259,10 @@ def test_pipeline_bad_settings_fail_before_any_data_work(tmp_path):
 
     from xtransformer.pipeline.run import run
 
-    for override, key in (("indexing.n_copies=0", "indexing.n_copies"),
-                          ("xrlinear.indexing.merge=sum", "xrlinear.indexing.merge")):
+    for override, key in (
+        ("indexing.n_copies=0", "indexing.n_copies"),
+        ("xrlinear.indexing.merge=sum", "xrlinear.indexing.merge"),
+    ):
         with pytest.raises(IndexingError, match=key):
             run(compose_run([*TINY, override], tmp_path))
         assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
@@ -270,13 +283,24 @@ def test_pipeline_xrlinear_lambda_keys_and_index_section(tmp_path):
     same = run(compose_run([*base, "xrlinear.indexing.n_copies=1", "xrlinear.indexing.merge=mean"], tmp_path))
     assert same["stages"]["ran"] == [] and same["results"]["xrlinear"] == one["results"]["xrlinear"]
     assert (load_csr(tmp_path / "run" / "predictions" / "test.npz") != pred1).nnz == 0
-    two = run(compose_run([*base, "xrlinear.indexing.n_copies=2", "xrlinear.indexing.max_cluster_growth=null"], tmp_path))
+    two = run(
+        compose_run([*base, "xrlinear.indexing.n_copies=2", "xrlinear.indexing.max_cluster_growth=null"], tmp_path)
+    )
     assert two["stages"]["ran"] == ["xrlinear"]
     assert two["index"]["n_copies"] == 2 and two["index"]["labels_in_multiple_clusters"] > 0
     assert 1 < two["index"]["mean_clusters_per_label"] <= 2
     # merge is part of the key: it changes the saved model's predictions
-    mean = run(compose_run([*base, "xrlinear.indexing.n_copies=2", "xrlinear.indexing.max_cluster_growth=null",
-                         "xrlinear.indexing.merge=mean"], tmp_path))
+    mean = run(
+        compose_run(
+            [
+                *base,
+                "xrlinear.indexing.n_copies=2",
+                "xrlinear.indexing.max_cluster_growth=null",
+                "xrlinear.indexing.merge=mean",
+            ],
+            tmp_path,
+        )
+    )
     assert mean["stages"]["ran"] == ["xrlinear"]
     with pytest.raises(IndexingError, match=r"xrlinear.indexing.n_copies=99 is above the number of leaf clusters"):
         run(compose_run([*base, "xrlinear.indexing.n_copies=99"], tmp_path))
@@ -296,8 +320,11 @@ def test_pipeline_xtransformer_on_overlapping_clusters(tmp_path):
     from xtransformer.pipeline.run import run
     from xtransformer.utils.io import load_json
 
-    metrics = run(compose_run([*TINY, "indexing.n_copies=2", "indexing.max_cluster_growth=null",
-                            "combine_with_xrlinear=null"], tmp_path))
+    metrics = run(
+        compose_run(
+            [*TINY, "indexing.n_copies=2", "indexing.max_cluster_growth=null", "combine_with_xrlinear=null"], tmp_path
+        )
+    )
     index = metrics["index"]
     assert index["n_copies"] == 2 and index["labels_in_multiple_clusters"] > 0
     assert index["xrlinear"]["n_copies"] == 1
@@ -321,8 +348,15 @@ def test_pipeline_xrtransformer_on_overlapping_clusters(tmp_path):
     from xtransformer.pipeline.run import run
     from xtransformer.utils.io import load_csr, load_json
 
-    overrides = [*TINY, "method=xrtransformer", "indexing.n_copies=2", "indexing.max_cluster_growth=null",
-                 "xrtransformer.final.tree=same", "xrtransformer.eval_docs=50", "train_xrlinear=false"]
+    overrides = [
+        *TINY,
+        "method=xrtransformer",
+        "indexing.n_copies=2",
+        "indexing.max_cluster_growth=null",
+        "xrtransformer.final.tree=same",
+        "xrtransformer.eval_docs=50",
+        "train_xrlinear=false",
+    ]
     metrics = run(compose_run(overrides, tmp_path))
     index = metrics["index"]
     assert index["n_copies"] == 2 and index["labels_in_multiple_clusters"] > 0
@@ -348,9 +382,16 @@ def test_pipeline_xrtransformer_lambda_on_the_final_tree(tmp_path):
     from xtransformer.pipeline.run import run
     from xtransformer.utils.io import load_csr, load_json
 
-    overrides = [*TINY, "method=xrtransformer", "xrtransformer.final.indexing.n_copies=2",
-                 "xrtransformer.final.indexing.max_leaf_size=8", "xrtransformer.final.indexing.max_cluster_growth=null",
-                 "xrtransformer.final.indexing.merge=mean", "xrtransformer.eval_docs=50", "train_xrlinear=false"]
+    overrides = [
+        *TINY,
+        "method=xrtransformer",
+        "xrtransformer.final.indexing.n_copies=2",
+        "xrtransformer.final.indexing.max_leaf_size=8",
+        "xrtransformer.final.indexing.max_cluster_growth=null",
+        "xrtransformer.final.indexing.merge=mean",
+        "xrtransformer.eval_docs=50",
+        "train_xrlinear=false",
+    ]
     metrics = run(compose_run(overrides, tmp_path))
     assert metrics["index"]["n_copies"] == 1  # the fine-tuning tree
     stage = next((tmp_path / "cache" / "stages" / "xrfinal").iterdir())

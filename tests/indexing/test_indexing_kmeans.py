@@ -21,7 +21,6 @@ from xtransformer.indexing import (
 from xtransformer.indexing.kmeans_level import _split_rows, children_order, node_seeds, split_level
 from xtransformer.indexing.synthetic import planted_label_features
 
-
 # Balanced 2-means can merge two planted groups at a high split (PECOS does too: purity 0.85-1.0
 # over seeds 0-5 on this problem), so recovery is asserted with a margin, far above random (~0.2).
 PLANTED_PURITY = 0.85
@@ -82,7 +81,7 @@ def test_any_k_and_branching(planted, k: int, b: int) -> None:
     assert_valid_tree(chain, X.shape[0], k)
     assert len(chain) == math.ceil(math.log(k, b) - 1e-9) + 1
     assert max(m.shape[0] / m.shape[1] for m in chain[:-1]) <= b
-    if k == b**round(math.log(k, b)):  # complete tree: every split balanced within one
+    if k == b ** round(math.log(k, b)):  # complete tree: every split balanced within one
         for level in sibling_sizes(chain):
             for sizes in level:
                 assert sizes.max() - sizes.min() <= 1
@@ -129,7 +128,7 @@ def test_split_level_on_hand_built_nodes(branching: int) -> None:
     seeds = np.array([[0, 2, 1]] * 2)[:, :branching] if branching == 3 else np.array([[0, 2]] * 2)
     assign, iters = split_level(X, np.arange(12), np.array([0, 6, 12]), caps, seeds, max_iter=20, threads=1)
     for node in range(2):
-        a = assign[node * 6:(node + 1) * 6]
+        a = assign[node * 6 : (node + 1) * 6]
         for g in range(branching):  # rows of one group share one child, children have their quotas
             assert len(set(a[np.array(groups) == g])) == 1
         np.testing.assert_array_equal(np.bincount(a, minlength=branching), caps[node])
@@ -146,7 +145,9 @@ def test_linear_time_orderings_equal_the_stable_sorts() -> None:
         node = np.repeat(np.arange(len(sizes)), sizes)
         assign = rng.integers(0, b, size=len(node))
         node_start = np.searchsorted(node, np.arange(len(sizes) + 1))
-        np.testing.assert_array_equal(children_order(node_start, assign, b), np.argsort(node * b + assign, kind="stable"))
+        np.testing.assert_array_equal(
+            children_order(node_start, assign, b), np.argsort(node * b + assign, kind="stable")
+        )
         key = rng.choice([-1.0, -0.5, 0.0, 0.0, 0.5, 1.0], size=len(node)) if t % 2 else rng.random(len(node)) - 0.5
         order = np.argsort(-key, kind="mergesort")
         n_pos, n_zero = int((key > 0).sum()), int((key == 0).sum())

@@ -69,7 +69,10 @@ def test_label_sums_equal_scipys_product_to_the_bit(threads: int) -> None:
     with pytest.raises(ValueError, match="label_sums"):
         label_sums(Y.T.tocsr(), X[:10], threads)
     Y = sp.random(400, 300, density=0.02, format="csr", random_state=0, dtype=np.float32)
-    assert label_representation("pifa_tfidf", Y, X_tfidf=X, orphan_fallback="none", threads=threads)[0].shape == (300, 200)
+    assert label_representation("pifa_tfidf", Y, X_tfidf=X, orphan_fallback="none", threads=threads)[0].shape == (
+        300,
+        200,
+    )
 
 
 def test_pifa_neural_by_hand() -> None:

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from tiny_models import FAMILIES, tiny_model_dir, toy_xmc
 from transformers import AutoTokenizer
 
-from tiny_models import FAMILIES, tiny_model_dir, toy_xmc
-from xtransformer.matcher import MatcherConfig, MatcherConfigError
 from xtransformer.encoders import tokens as tokens_mod
+from xtransformer.matcher import MatcherConfig, MatcherConfigError
 from xtransformer.matcher.datamodule import (
     EpochSampler,
     MatcherDataModule,
@@ -91,16 +91,25 @@ def test_first_tokens_equal_the_tokenizers_own_truncation(family: str, monkeypat
     the cut), texts without whitespace, short texts, a user cut."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir(family))
     encode, redone = tokens_mod._encode, []
-    monkeypatch.setattr(tokens_mod, "_encode", lambda tok, texts, *a, **k: (
-        redone.append(len(texts)) if not k.get("offsets") else None) or encode(tok, texts, *a, **k))
+    monkeypatch.setattr(
+        tokens_mod,
+        "_encode",
+        lambda tok, texts, *a, **k: (redone.append(len(texts)) if not k.get("offsets") else None)
+        or encode(tok, texts, *a, **k),
+    )
     words = " ".join(toy_xmc()[0]["train"][:40]).split()
     rng = np.random.default_rng(0)
     texts = []
     for n in range(60):
         seps = rng.choice([" ", "  ", "\n", " \n\t ", "-", ", "], size=len(words))
         texts.append("".join(w + s for w, s in zip(words[n:], seps))[: 40 + 23 * n])
-    texts += ["".join(words)[:500], "short text", "", " leading and trailing spaces  " * 9,
-              " ".join(["ωμεγαλογράμματα" * 2] * 60)]
+    texts += [
+        "".join(words)[:500],
+        "short text",
+        "",
+        " leading and trailing spaces  " * 9,
+        " ".join(["ωμεγαλογράμματα" * 2] * 60),
+    ]
     for max_length in (8, 16, 33):
         redone.clear()
         got = tokens_mod.first_tokens(tokenizer, texts, max_length)
@@ -113,8 +122,13 @@ def test_first_tokens_equal_the_tokenizers_own_truncation(family: str, monkeypat
 
 
 def test_tokens_roundtrip(tmp_path: Path) -> None:
-    tokens = TokenizedTexts(ids=np.arange(7, dtype=np.int32), offsets=np.array([0, 3, 7]), pad_id=0,
-                            left_pad=True, type_ids=np.array([0, 0, 2, 0, 0, 0, 2], dtype=np.int8))
+    tokens = TokenizedTexts(
+        ids=np.arange(7, dtype=np.int32),
+        offsets=np.array([0, 3, 7]),
+        pad_id=0,
+        left_pad=True,
+        type_ids=np.array([0, 0, 2, 0, 0, 0, 2], dtype=np.int8),
+    )
     tokens.save(tmp_path / "t.npz")
     back = TokenizedTexts.load(tmp_path / "t.npz")
     assert back.left_pad and back.pad_id == 0
@@ -177,22 +191,43 @@ def test_linear_warmup_decay() -> None:
 @pytest.mark.parametrize("family,pooling", [("bert", "cls"), ("roberta", "cls"), ("xlnet", "last")])
 def test_one_training_step_per_family(family: str, pooling: str, tmp_path: Path) -> None:
     texts, Y, C = toy_xmc()
-    cfg = MatcherConfig(model_name_or_path=str(tiny_model_dir(family)), max_length=32, batch_size=8,
-                        cache_dir=str(tmp_path), progress=False, seed=1)
+    cfg = MatcherConfig(
+        model_name_or_path=str(tiny_model_dir(family)),
+        max_length=32,
+        batch_size=8,
+        cache_dir=str(tmp_path),
+        progress=False,
+        seed=1,
+    )
     dm = MatcherDataModule(tiny_model_dir(family), texts, Y, C, cfg, val_split="dev")
     dm.setup("fit")
-    module = MatcherModule(str(tiny_model_dir(family)), num_clusters=C.shape[1], options=TrainOptions(lr=1e-3),
-                           with_token_types=dm.tokens["train"].type_ids is not None)
+    module = MatcherModule(
+        str(tiny_model_dir(family)),
+        num_clusters=C.shape[1],
+        options=TrainOptions(lr=1e-3),
+        with_token_types=dm.tokens["train"].type_ids is not None,
+    )
     assert module.pooling == pooling
     frozen = {n for n, p in module.encoder.named_parameters() if not p.requires_grad}
     # Unused parameters are frozen so that DDP needs no per-step unused-parameter search.
-    expected_frozen = {"bert": {"pooler.dense.weight", "pooler.dense.bias"}, "roberta": {"pooler.dense.weight",
-                       "pooler.dense.bias"}, "xlnet": {"mask_emb"}}[family]
+    expected_frozen = {
+        "bert": {"pooler.dense.weight", "pooler.dense.bias"},
+        "roberta": {"pooler.dense.weight", "pooler.dense.bias"},
+        "xlnet": {"mask_emb"},
+    }[family]
     assert frozen == expected_frozen  # XLNet's segment parameters train: its batches carry segment ids
     before = {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
-    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                         limit_val_batches=0, use_distributed_sampler=False)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        use_distributed_sampler=False,
+    )
     trainer.fit(module, datamodule=dm)
     assert trainer.global_step == 1 and int(module.trained_steps) == 1
     loss = trainer.callback_metrics["train/loss"]
@@ -212,14 +247,28 @@ def test_validation_logs_cluster_precision_equal_to_evaluate(tmp_path: Path) -> 
     from xtransformer.metrics import evaluate
 
     texts, Y, C = toy_xmc()
-    cfg = MatcherConfig(model_name_or_path=str(tiny_model_dir("bert")), max_length=32, batch_size=8,
-                        eval_batch_size=5, cache_dir=str(tmp_path), progress=False, seed=1)
+    cfg = MatcherConfig(
+        model_name_or_path=str(tiny_model_dir("bert")),
+        max_length=32,
+        batch_size=8,
+        eval_batch_size=5,
+        cache_dir=str(tmp_path),
+        progress=False,
+        seed=1,
+    )
     dm = MatcherDataModule(tiny_model_dir("bert"), texts, Y, C, cfg, val_split="dev")
     dm.setup("fit")
     module = MatcherModule(str(tiny_model_dir("bert")), num_clusters=C.shape[1], options=TrainOptions(lr=1e-3))
-    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                         use_distributed_sampler=False)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+    )
     trainer.fit(module, datamodule=dm)
     trainer.validate(module, datamodule=dm, verbose=False)
     module.eval()
@@ -232,8 +281,7 @@ def test_validation_logs_cluster_precision_equal_to_evaluate(tmp_path: Path) -> 
 
 
 def test_no_weight_decay_on_bias_and_layernorm(tiny_bert) -> None:
-    module = MatcherModule(str(tiny_bert), num_clusters=3,
-                           options=TrainOptions(weight_decay=0.1, head_lr=1e-2))
+    module = MatcherModule(str(tiny_bert), num_clusters=3, options=TrainOptions(weight_decay=0.1, head_lr=1e-2))
     names = {id(p): n for n, p in module.named_parameters()}
     groups = module.param_groups()
     trainable = [p for p in module.parameters() if p.requires_grad]
@@ -268,8 +316,11 @@ def test_dropout_setting_reaches_every_dropout(family: str) -> None:
     assert torch.equal(a, b)
     assert all(m.p == 0.0 for m in off.encoder.modules() if isinstance(m, torch.nn.Dropout))
     config = off.encoder.config
-    assert all(getattr(config, k) == 0.0 for k in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout")
-               if isinstance(getattr(config, k, None), float))
+    assert all(
+        getattr(config, k) == 0.0
+        for k in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout")
+        if isinstance(getattr(config, k, None), float)
+    )
 
 
 @pytest.mark.parametrize("algorithm", ["norm", "value"])
@@ -290,7 +341,6 @@ def test_fused_adamw_still_clips_gradients(algorithm: str) -> None:
         assert max(float(p.grad.abs().max()) for p in params) == pytest.approx(0.5)
 
 
-
 # --------------------------------------------------------------------------- configs
 
 
@@ -309,8 +359,19 @@ def _compose(group: str, name: str) -> dict:
 
 def test_matcher_yaml_mirrors_dataclass() -> None:
     names = sorted(p.stem for p in (CONFIGS / "matcher").glob("*.yaml") if not p.stem.startswith("_"))
-    expected = {"minilm", "mpnet", "bert", "roberta", "xlnet", "bert_base", "roberta_base", "xlnet_base",
-                "tiny_bert", "tiny_roberta", "tiny_xlnet"}
+    expected = {
+        "minilm",
+        "mpnet",
+        "bert",
+        "roberta",
+        "xlnet",
+        "bert_base",
+        "roberta_base",
+        "xlnet_base",
+        "tiny_bert",
+        "tiny_roberta",
+        "tiny_xlnet",
+    }
     assert expected <= set(names)
     field_names = {f.name for f in fields(MatcherConfig)}
     models = {}
@@ -336,8 +397,17 @@ def test_trainer_yaml_are_trainer_kwargs() -> None:
     assert _compose("trainer", "cpu")["precision"] == "32-true"
 
 
-@pytest.mark.parametrize("key,value", [("pooling", "max"), ("max_length", 0), ("warmup_ratio", 1.0),
-                                       ("save_embeddings_dtype", "int8"), ("max_steps", 0), ("dropout", 1.0)])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("pooling", "max"),
+        ("max_length", 0),
+        ("warmup_ratio", 1.0),
+        ("save_embeddings_dtype", "int8"),
+        ("max_steps", 0),
+        ("dropout", 1.0),
+    ],
+)
 def test_config_errors_name_the_key(key: str, value: object) -> None:
     with pytest.raises(MatcherConfigError, match=f"matcher.{key}"):
         MatcherConfig(**{key: value})

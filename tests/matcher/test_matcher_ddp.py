@@ -11,10 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from tiny_models import build_tiny
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, {tests!r})
     import numpy as np
@@ -41,21 +40,31 @@ SCRIPT = textwrap.dedent('''
 
     if __name__ == "__main__":  # ddp_spawn re-imports this file in its workers
         main()
-''')
+""")
 
 
 def _run(strategy: str, model: Path, out: Path) -> list[dict]:
     script = out / "run_matcher.py"
     out.mkdir(parents=True, exist_ok=True)
     script.write_text(SCRIPT.format(tests=str(Path(__file__).resolve().parents[1])))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "WANDB_MODE": "offline",
-           "PYTHONWARNINGS": "ignore"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "WANDB_MODE": "offline",
+        "PYTHONWARNINGS": "ignore",
+    }
     env.pop("LOCAL_RANK", None)
-    proc = subprocess.run([sys.executable, str(script), strategy, str(model), str(out)], env=env,
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(script), strategy, str(model), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "Starting with 2 processes" in proc.stdout + proc.stderr
-    return [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    return [json.loads(line[len("RESULT ") :]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
 
 
 @pytest.mark.slow

@@ -8,9 +8,9 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-
 from matcher_helpers import LossRecorder, fine_tune
 from tiny_models import tiny_model_dir
+
 from xtransformer.matcher import MatcherConfig
 
 
@@ -33,15 +33,29 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return {**{f"head.{k}": v for k, v in head.items()}, **encoder}
 
 
-@pytest.mark.parametrize("batch_size,every,crash_at,resumed_step", [
-    (16, 2, 3, 2),  # 6 batches per epoch: resume in the middle of epoch 0
-    (32, 3, 5, 3),  # 3 batches per epoch: resume from the checkpoint at the end of epoch 0
-])
-def test_resume_equals_uninterrupted(tmp_path: Path, batch_size: int, every: int, crash_at: int,
-                                     resumed_step: int) -> None:
-    cfg = MatcherConfig(model_name_or_path=str(tiny_model_dir("bert")), max_length=32, batch_size=batch_size,
-                        lr=3e-3, head_lr=3e-2, max_steps=6, checkpoint_every_n_steps=every, topb=2,
-                        cache_dir=str(tmp_path / "cache"), progress=False, seed=7)
+@pytest.mark.parametrize(
+    "batch_size,every,crash_at,resumed_step",
+    [
+        (16, 2, 3, 2),  # 6 batches per epoch: resume in the middle of epoch 0
+        (32, 3, 5, 3),  # 3 batches per epoch: resume from the checkpoint at the end of epoch 0
+    ],
+)
+def test_resume_equals_uninterrupted(
+    tmp_path: Path, batch_size: int, every: int, crash_at: int, resumed_step: int
+) -> None:
+    cfg = MatcherConfig(
+        model_name_or_path=str(tiny_model_dir("bert")),
+        max_length=32,
+        batch_size=batch_size,
+        lr=3e-3,
+        head_lr=3e-2,
+        max_steps=6,
+        checkpoint_every_n_steps=every,
+        topb=2,
+        cache_dir=str(tmp_path / "cache"),
+        progress=False,
+        seed=7,
+    )
     straight = LossRecorder()
     first = fine_tune(cfg, tmp_path / "straight", [straight])
 

@@ -8,18 +8,19 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse as sp
-
 from matcher_helpers import LossRecorder, fine_tune, matcher_cfg, toy_data
 from tiny_models import toy_xmc
+
 from xtransformer.cache import StageCache
 from xtransformer.context import TrainContext
 from xtransformer.data.inputs import LabeledData
 from xtransformer.encoders import ModelNotFoundError
-from xtransformer.matcher import EncodeOptions, LoadedMatcher, MatcherConfig, MatcherInputError, fine_tune_matcher
-from xtransformer.matcher.datamodule import instance_cluster_targets
 from xtransformer.encoders import tokens as tokens_mod
+from xtransformer.matcher import EncodeOptions, LoadedMatcher, MatcherConfig, MatcherInputError, fine_tune_matcher
 from xtransformer.matcher import train as train_mod
+from xtransformer.matcher.datamodule import instance_cluster_targets
 from xtransformer.matcher.train import topb_recall
+
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, LossRecorder, MatcherConfig]:
@@ -37,7 +38,7 @@ def test_folder_and_encodings_have_the_documented_shapes(trained: tuple) -> None
     matcher = LoadedMatcher.load(folder)
     assert matcher.meta["global_step"] == cfg.max_steps and "cache_dir" not in matcher.meta
     data, C = toy_data()
-    for split, part in data.items():
+    for part in data.values():
         pred = matcher.encode(part.texts, EncodeOptions(topb=cfg.topb, normalize=True, progress=False))
         assert pred.embeddings.shape == (len(part), matcher.meta["hidden_size"]) and pred.embeddings.dtype == np.float32
         np.testing.assert_allclose(np.linalg.norm(pred.embeddings, axis=1), 1.0, atol=1e-5)

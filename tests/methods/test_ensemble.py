@@ -25,7 +25,10 @@ B = csr([{1: 0.7, 3: 0.2}, {2: 0.6, 3: 0.8}])
 
 def as_dicts(M: sp.csr_matrix) -> list[dict[int, float]]:
     return [
-        {int(j): float(x) for j, x in zip(M.indices[M.indptr[i] : M.indptr[i + 1]], M.data[M.indptr[i] : M.indptr[i + 1]])}
+        {
+            int(j): float(x)
+            for j, x in zip(M.indices[M.indptr[i] : M.indptr[i + 1]], M.data[M.indptr[i] : M.indptr[i + 1]])
+        }
         for i in range(M.shape[0])
     ]
 
@@ -46,7 +49,7 @@ def test_rank_average_is_mean_reciprocal_rank():
 
 
 def test_softmax_average():
-    s = lambda d: 1 / (1 + np.exp(-d))  # noqa: E731  two-way softmax of a gap d
+    s = lambda d: 1 / (1 + np.exp(-d))
     want = [
         {0: s(0.4) / 2, 1: (s(-0.4) + s(0.5)) / 2, 3: s(-0.5) / 2},
         {2: (1.0 + s(-0.2)) / 2, 3: s(0.2) / 2},
@@ -64,8 +67,9 @@ def test_single_run_average_is_identity():
 
 def test_weights_shift_the_average():
     # 0.75 A + 0.25 B (weights are normalised: [3, 1])
-    assert_rows(ensemble_predictions([A, B], "average", weights=[3, 1]),
-                [{0: 0.675, 1: 0.55, 3: 0.05}, {2: 0.45, 3: 0.2}])
+    assert_rows(
+        ensemble_predictions([A, B], "average", weights=[3, 1]), [{0: 0.675, 1: 0.55, 3: 0.05}, {2: 0.45, 3: 0.2}]
+    )
     equal = ensemble_predictions([A, B], "rank-average", weights=[2, 2])
     assert_rows(equal, as_dicts(ensemble_predictions([A, B], "rank-average")))
     for bad in ([1.0], [1, -1], [0, 0], ["x", 1], [float("nan"), 1]):

@@ -15,8 +15,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -45,11 +46,23 @@ DOWNSTREAM = {
 OVERLAP_SOURCE = ("xrlinear.nr_splits", "xrlinear.model.")
 # values tried, in order, for fields whose next valid value is not found by the generic rules
 CANDIDATES: dict[str, list[Any]] = {
-    "accelerator": ["auto"], "devices": [2], "strategy": ["ddp"], "precision": ["bf16-mixed"],
-    "model_name_or_path": ["tiny:bert"], "level_steps": [[7, 9]], "level_lr": [[1e-3, 1e-4]], "level_warmup_ratio": [[0.2, 0.1]],
-    "n_clusters": [8, 4], "max_leaf_size": [None, 50], "inference_precision": ["16-mixed"],
-    "token_pattern": [r"(?u)\b\w+\b"], "combine_head": ["average"], "truncate_chars": [500],
-    "name": ["text_emb"], "strip_accents": [None], "max_features": [1000],
+    "accelerator": ["auto"],
+    "devices": [2],
+    "strategy": ["ddp"],
+    "precision": ["bf16-mixed"],
+    "model_name_or_path": ["tiny:bert"],
+    "level_steps": [[7, 9]],
+    "level_lr": [[1e-3, 1e-4]],
+    "level_warmup_ratio": [[0.2, 0.1]],
+    "n_clusters": [8, 4],
+    "max_leaf_size": [None, 50],
+    "inference_precision": ["16-mixed"],
+    "token_pattern": [r"(?u)\b\w+\b"],
+    "combine_head": ["average"],
+    "truncate_chars": [500],
+    "name": ["text_emb"],
+    "strip_accents": [None],
+    "max_features": [1000],
 }
 
 
@@ -151,16 +164,23 @@ def _in_record(name: str, record: Settings, path: str) -> str:
         section = getattr(section, p)
     leaf = parts[-1]
     f = next(f for f in dataclasses.fields(section) if f.name == leaf)
-    train = (section.training_settings(levels=name == "xrtransformer") if parts[0] == "matcher"
-             else section.training_settings())
+    train = (
+        section.training_settings(levels=name == "xrtransformer")
+        if parts[0] == "matcher"
+        else section.training_settings()
+    )
     if leaf in train:
         return TRAIN
     return role(f) if role(f) != TRAIN else RUN  # a training field this configuration does not use
 
 
-CASES = [("xtransformer", ()), ("xtransformer", ("ranker=tfidf_tfn",)), ("xrtransformer", ()),
-         ("xtransformer", ("indexing.n_copies=2",)),
-         ("xrlinear", ("xrlinear.model.negatives=tfn+man", "xrlinear.indexing.n_copies=2"))]
+CASES = [
+    ("xtransformer", ()),
+    ("xtransformer", ("ranker=tfidf_tfn",)),
+    ("xrtransformer", ()),
+    ("xtransformer", ("indexing.n_copies=2",)),
+    ("xrlinear", ("xrlinear.model.negatives=tfn+man", "xrlinear.indexing.n_copies=2")),
+]
 
 
 def _check_change(name: str, path: str, which: str, base: dict, keys: dict, reads_matcher: bool) -> None:
@@ -207,14 +227,18 @@ def test_data_key_is_content_not_path_or_time(tmp_path):
     import shutil
 
     from run_helpers import write_text_dataset
+
     from xtransformer.data import load_dataset
     from xtransformer.data.inputs import LabeledData
 
     def key(folder: Path) -> str:
         return LabeledData.from_split(load_dataset(str(folder), cache_dir=tmp_path / "c"), "train").key
 
-    splits = {"train": (["a b c", "c d e", "e f g", "g h i"], ["x", "y", "x y", "y"]),
-              "dev": (["a b", "g i"], ["x", "y"]), "test": (["a c", "e g"], ["x", "y"])}
+    splits = {
+        "train": (["a b c", "c d e", "e f g", "g h i"], ["x", "y", "x y", "y"]),
+        "dev": (["a b", "g i"], ["x", "y"]),
+        "test": (["a c", "e g"], ["x", "y"]),
+    }
     first = write_text_dataset(tmp_path / "d1", splits)
     copy = tmp_path / "elsewhere" / "d1"  # the same data set (its name is its folder's) in another place
     shutil.copytree(first, copy)

@@ -21,20 +21,30 @@ def registered(monkeypatch, tmp_path):
     monkeypatch.setitem(methods.METHODS, "popularity", "toy_method:Popularity")  # the one line
     (tmp_path / "configs" / "method").mkdir(parents=True)
     (tmp_path / "configs" / "method" / "popularity.yaml").write_text(  # the one config file
-        "# @package _global_\nmethod: popularity\npopularity:\n  smoothing: 1.0\n  topk: 20\n")
+        "# @package _global_\nmethod: popularity\npopularity:\n  smoothing: 1.0\n  topk: 20\n"
+    )
     return tmp_path
 
 
 def test_a_registered_method_trains_through_the_run_and_loads_as_its_class(registered):
     from toy_method import Popularity
+
     from xtransformer.pipeline.run import run
 
     tmp = registered
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[
-            "method=popularity", f"hydra.searchpath=[file://{tmp / 'configs'}]", "data.max_docs=300",
-            "logger=none", "tfidf.max_features=2000", f"paths.cache_dir={tmp / 'cache'}",
-            f"paths.output_dir={tmp / 'run'}"])
+        cfg = compose(
+            config_name="train",
+            overrides=[
+                "method=popularity",
+                f"hydra.searchpath=[file://{tmp / 'configs'}]",
+                "data.max_docs=300",
+                "logger=none",
+                "tfidf.max_features=2000",
+                f"paths.cache_dir={tmp / 'cache'}",
+                f"paths.output_dir={tmp / 'run'}",
+            ],
+        )
     metrics = run(cfg)
     assert metrics["method"] == "popularity" and metrics["stages"]["ran"] == ["tfidf", "xrlinear", "popularity"]
     assert set(metrics["results"]) == {"xrlinear", "popularity", "popularity+xrlinear"}
@@ -48,6 +58,7 @@ def test_a_registered_method_trains_through_the_run_and_loads_as_its_class(regis
 
 def test_an_unregistered_kind_fails_in_one_line(registered, tmp_path):
     from toy_method import Popularity
+
     from xtransformer.data.inputs import LabeledData
 
     data = LabeledData.build(["a b", "c d"], [["x"], ["y"]])

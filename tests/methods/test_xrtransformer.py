@@ -82,21 +82,25 @@ def test_shortlist_loss_equals_dense_loss_restricted_to_the_shortlist():
         rows, cols = mask.nonzero(as_tuple=True)
         short = weighted_squared_hinge(logits[rows, cols], targets[rows, cols], weights[rows, cols], rows, 4)
         # dense form, one document at a time over its shortlisted columns
-        dense = torch.stack([weighted_squared_hinge(logits[i, mask[i]], targets[i, mask[i]], weights[i, mask[i]])
-                             for i in range(4)]).mean()
+        dense = torch.stack(
+            [weighted_squared_hinge(logits[i, mask[i]], targets[i, mask[i]], weights[i, mask[i]]) for i in range(4)]
+        ).mean()
         torch.testing.assert_close(short, dense)
     # with every cluster shortlisted the two forms are the same function
     full = torch.ones(4, 9, dtype=torch.bool)
     rows, cols = full.nonzero(as_tuple=True)
     w = hinge_weights(targets)
-    torch.testing.assert_close(weighted_squared_hinge(logits[rows, cols], targets[rows, cols], w[rows, cols], rows, 4),
-                               weighted_squared_hinge(logits, targets, w))
+    torch.testing.assert_close(
+        weighted_squared_hinge(logits[rows, cols], targets[rows, cols], w[rows, cols], rows, 4),
+        weighted_squared_hinge(logits, targets, w),
+    )
     # counts weigh a positive by how many of the document's labels sit in the cluster
     assert hinge_weights(targets)[0, 1] == 3 and hinge_weights(targets, neg_weight=0.5)[0, 0] == 0.5
 
 
 def test_shortlist_holds_positives_and_children_of_predicted_parents(tmp_path):
     from tiny_models import build_tiny
+
     from xtransformer.matcher.module import TrainOptions
     from xtransformer.methods.xrtransformer.module import XRLevelModule
 
@@ -107,8 +111,12 @@ def test_shortlist_holds_positives_and_children_of_predicted_parents(tmp_path):
     # a previous head that ranks top cluster... by the first embedding coordinate's sign
     prev_W = np.zeros((4, H), np.float32)
     prev_W[:, 0] = [1.0, -1.0, 0.5, -0.5]
-    module.setup_level(2, children=children_table(levels[2]), prev_head=(prev_W, np.zeros(4, np.float32)),
-                       loss=XRTransformerConfig(negatives="tfn+man", only_topk=1))
+    module.setup_level(
+        2,
+        children=children_table(levels[2]),
+        prev_head=(prev_W, np.zeros(4, np.float32)),
+        loss=XRTransformerConfig(negatives="tfn+man", only_topk=1),
+    )
     emb = torch.zeros(3, H)
     emb[:, 0] = torch.tensor([1.0, -1.0, 2.0])  # top parent: 0, 1, 0
     targets = torch.as_tensor(Y.toarray())
@@ -120,10 +128,13 @@ def test_shortlist_holds_positives_and_children_of_predicted_parents(tmp_path):
     np.testing.assert_array_equal(predicted.numpy(), [[1, 1, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0]])
     assert bool((mask >= predicted).all())
     # matcher-aware only: positives + predicted children, nothing else
-    module.setup_level(2, children=children_table(levels[2]), prev_head=(prev_W, np.zeros(4, np.float32)),
-                       loss=XRTransformerConfig(negatives="man", only_topk=1))
-    np.testing.assert_array_equal(module.shortlist_mask(emb, targets, tfn).numpy(),
-                                  (predicted | (targets > 0)).numpy())
+    module.setup_level(
+        2,
+        children=children_table(levels[2]),
+        prev_head=(prev_W, np.zeros(4, np.float32)),
+        loss=XRTransformerConfig(negatives="man", only_topk=1),
+    )
+    np.testing.assert_array_equal(module.shortlist_mask(emb, targets, tfn).numpy(), (predicted | (targets > 0)).numpy())
 
 
 def test_level_schedule_and_bad_settings():
@@ -166,10 +177,15 @@ def _binary_chain(codes: np.ndarray, k: int) -> list[sp.csr_matrix]:
     mats, n = [], 2
     mats.append(sp.csr_matrix(np.ones((2, 1), np.float32)))
     while n < k:
-        mats.append(sp.csr_matrix((np.ones(2 * n, np.float32), np.repeat(np.arange(n), 2), np.arange(2 * n + 1)),
-                                  shape=(2 * n, n)))
+        mats.append(
+            sp.csr_matrix(
+                (np.ones(2 * n, np.float32), np.repeat(np.arange(n), 2), np.arange(2 * n + 1)), shape=(2 * n, n)
+            )
+        )
         n *= 2
-    mats.append(sp.csr_matrix((np.ones(len(codes), np.float32), codes, np.arange(len(codes) + 1)), shape=(len(codes), k)))
+    mats.append(
+        sp.csr_matrix((np.ones(len(codes), np.float32), codes, np.arange(len(codes) + 1)), shape=(len(codes), k))
+    )
     return mats
 
 
@@ -187,11 +203,17 @@ class _Crash(RuntimeError):
     pass
 
 
-def _fine_tune(tmp_path: Path, cache_dir: Path, crash_at: tuple[int, int] | None = None, steps=(3, 4, 5),
-               pooling_declared: str | None = None, **xr_settings):
+def _fine_tune(
+    tmp_path: Path,
+    cache_dir: Path,
+    crash_at: tuple[int, int] | None = None,
+    steps=(3, 4, 5),
+    pooling_declared: str | None = None,
+    **xr_settings,
+):
     import lightning.pytorch as pl
-
     from tiny_models import build_tiny
+
     from xtransformer.cache import StageCache
     from xtransformer.context import TrainContext
     from xtransformer.data.inputs import LabeledData
@@ -210,10 +232,22 @@ def _fine_tune(tmp_path: Path, cache_dir: Path, crash_at: tuple[int, int] | None
     if pooling_declared:  # as a sentence-transformers folder declares its pooling (MiniLM: mean)
         (model / "1_Pooling").mkdir(exist_ok=True)
         (model / "1_Pooling" / "config.json").write_text(json.dumps({f"pooling_mode_{pooling_declared}_tokens": True}))
-    mcfg = MatcherConfig(model_name_or_path=str(model), max_length=32, batch_size=8, lr=1e-3, level_steps=list(steps),
-                         checkpoint_every_n_steps=2, progress=False, cache_dir=str(tmp_path / "tok"))
-    lightning = {"enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
-                 "log_every_n_steps": 1}
+    mcfg = MatcherConfig(
+        model_name_or_path=str(model),
+        max_length=32,
+        batch_size=8,
+        lr=1e-3,
+        level_steps=list(steps),
+        checkpoint_every_n_steps=2,
+        progress=False,
+        cache_dir=str(tmp_path / "tok"),
+    )
+    lightning = {
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+        "log_every_n_steps": 1,
+    }
     xcfg = XRTransformerConfig(**{"nr_splits": 2, "eval_docs": None, "only_topk": 1, **xr_settings})
     cache = StageCache(cache_dir)
     n_levels = 1 if xcfg.levels == "last" else len(steps)
@@ -261,18 +295,23 @@ def test_every_level_pools_as_the_pretrained_model_declares(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("settings, steps", [
-    ({"bootstrap": "weighted-linear", "bootstrap_docs": 40}, (2, 2, 2)),
-    ({"bootstrap": "fresh", "shortlist": False, "importance": "normalized"}, (2, 2, 2)),
-    ({"levels": "last"}, (3,)),
-])
+@pytest.mark.parametrize(
+    "settings, steps",
+    [
+        ({"bootstrap": "weighted-linear", "bootstrap_docs": 40}, (2, 2, 2)),
+        ({"bootstrap": "fresh", "shortlist": False, "importance": "normalized"}, (2, 2, 2)),
+        ({"levels": "last"}, (3,)),
+    ],
+)
 def test_ablation_settings_train(tmp_path, settings, steps):
     tuned, cache = _fine_tune(tmp_path, tmp_path / "cache", steps=steps, **settings)
     assert [lv["steps"] for lv in tuned.levels] == list(steps)
     assert len(tuned.levels) == (1 if settings.get("levels") == "last" else 3)
     from xtransformer.matcher import LoadedMatcher
 
-    assert tuned.levels[-1]["clusters"] == LoadedMatcher.load(tuned.model_dir).head.out_features  # the finest level last
+    assert (
+        tuned.levels[-1]["clusters"] == LoadedMatcher.load(tuned.model_dir).head.out_features
+    )  # the finest level last
     if settings.get("bootstrap") == "weighted-linear":
         assert [lv["bootstrap"] for lv in tuned.levels] == ["fresh", "weighted-linear", "weighted-linear"]
     emb = _embed(tuned, "test")
@@ -281,18 +320,46 @@ def test_ablation_settings_train(tmp_path, settings, steps):
 
 # ----------------------------------------------------------------------------- the whole method
 
-TINY = ["data.max_docs=600", "matcher=tiny_bert", "matcher.level_steps=[20,30]", "matcher.batch_size=16",
-        "matcher.max_length=32", "matcher.progress=false", "indexing.n_clusters=8", "tfidf.max_features=5000",
-        "logger=csv", "method=xrtransformer", "xrtransformer.nr_splits=8", "xrtransformer.eval_docs=200"]
+TINY = [
+    "data.max_docs=600",
+    "matcher=tiny_bert",
+    "matcher.level_steps=[20,30]",
+    "matcher.batch_size=16",
+    "matcher.max_length=32",
+    "matcher.progress=false",
+    "indexing.n_clusters=8",
+    "tfidf.max_features=5000",
+    "logger=csv",
+    "method=xrtransformer",
+    "xrtransformer.nr_splits=8",
+    "xrtransformer.eval_docs=200",
+]
 
 
 def _train(tmp_path: Path, *overrides: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-           "PYTHONWARNINGS": "ignore", **(env or {})}
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "PYTHONWARNINGS": "ignore",
+        **(env or {}),
+    }
     env.pop("LOCAL_RANK", None)
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides, f"paths.cache_dir={tmp_path / 'cache'}",
-                           f"paths.output_dir={tmp_path / 'run'}"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            *overrides,
+            f"paths.cache_dir={tmp_path / 'cache'}",
+            f"paths.output_dir={tmp_path / 'run'}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
@@ -327,11 +394,14 @@ def test_tiny_xrtransformer_on_reuters_beats_popularity(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("override, key", [
-    ("matcher.level_steps=[5]", "matcher.level_steps"),
-    ("xrtransformer.max_match_clusters=4", "xrtransformer.max_match_clusters"),
-    ("xrtransformer.final.features=tfidf", "xrtransformer.final.features"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("matcher.level_steps=[5]", "matcher.level_steps"),
+        ("xrtransformer.max_match_clusters=4", "xrtransformer.max_match_clusters"),
+        ("xrtransformer.final.features=tfidf", "xrtransformer.final.features"),
+    ],
+)
 def test_bad_settings_fail_before_any_data_work(tmp_path, override, key):
     proc = _train(tmp_path, *TINY, override, timeout=120)
     assert proc.returncode != 0
@@ -344,9 +414,18 @@ def test_bad_settings_fail_before_any_data_work(tmp_path, override, key):
 @pytest.mark.slow
 def test_compose_with_every_group_and_ddp(tmp_path):
     """`method=xrtransformer matcher=xlnet indexing=pifa_neural` with the tiny stand-ins, under DDP."""
-    proc = _train(tmp_path, *TINY, "matcher=tiny_xlnet", "matcher.level_steps=[4,4]", "matcher.max_length=32",
-                  "matcher.batch_size=8", "indexing=pifa_neural", "indexing.n_clusters=8", "trainer=ddp_cpu",
-                  "train_xrlinear=false")
+    proc = _train(
+        tmp_path,
+        *TINY,
+        "matcher=tiny_xlnet",
+        "matcher.level_steps=[4,4]",
+        "matcher.max_length=32",
+        "matcher.batch_size=8",
+        "indexing=pifa_neural",
+        "indexing.n_clusters=8",
+        "trainer=ddp_cpu",
+        "train_xrlinear=false",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Starting with 2 processes" in proc.stdout + proc.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())

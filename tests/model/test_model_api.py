@@ -5,8 +5,8 @@ rebuilt from data equal to the fitted vectoriser's. Every method's folder from a
 from __future__ import annotations
 
 import pytest
-
 from model_helpers import save_toy_xrlinear
+
 from xtransformer.data.tfidf import TfidfConfig, _vectorizer
 from xtransformer.model import ModelError, XMCModel
 
@@ -53,4 +53,3 @@ def test_xrlinear_folder_predicts_as_the_model(tmp_path):
         model.predict("one string")
     with pytest.raises(ModelError, match="k must be"):
         model.predict(texts["test"], k=0)
-

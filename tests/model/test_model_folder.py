@@ -16,18 +16,27 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from hydra import compose, initialize_config_dir
+from run_helpers import FIXTURES, ROOT
 
 import xtransformer  # noqa: F401  (registers the configs' resolvers)
 from xtransformer.model import FORMAT_VERSION, ModelError, XMCModel
 from xtransformer.utils.io import load_csr
 
-from run_helpers import FIXTURES, ROOT  # noqa: E402
 # the tiny end-to-end run of test_pipeline.py, plus a non-default post-processor and top-b so that
 # the test shows the folder carries the run's prediction settings
 TINY = [
-    "data.max_docs=400", "matcher=tiny_bert", "matcher.max_steps=4", "matcher.batch_size=16",
-    "matcher.max_length=32", "matcher.progress=false", "matcher.topb=4", "indexing.n_clusters=8",
-    "tfidf.max_features=5000", "logger=none", "ranker.post_processor=l2-hinge", "xrlinear.model.beam_size=5",
+    "data.max_docs=400",
+    "matcher=tiny_bert",
+    "matcher.max_steps=4",
+    "matcher.batch_size=16",
+    "matcher.max_length=32",
+    "matcher.progress=false",
+    "matcher.topb=4",
+    "indexing.n_clusters=8",
+    "tfidf.max_features=5000",
+    "logger=none",
+    "ranker.post_processor=l2-hinge",
+    "xrlinear.model.beam_size=5",
 ]
 METHODS = ("xtransformer", "xrlinear", "xtransformer+xrlinear")
 
@@ -41,9 +50,18 @@ def moved_run(tmp_path_factory):
 def moved_xr_run(tmp_path_factory):
     """The same for XR-Transformer (two fine-tuned levels, then the final linear model), embedding
     documents on more tokens than it fine-tuned on and combining with XR-Linear at 0.7 : 0.3."""
-    return _moved_run(tmp_path_factory, [*TINY, "method=xrtransformer", "matcher.level_steps=[2,3]",
-                                         "xrtransformer.nr_splits=8", "xrtransformer.eval_docs=50",
-                                         "matcher.embed_max_length=48", "combine_weight=0.7"])
+    return _moved_run(
+        tmp_path_factory,
+        [
+            *TINY,
+            "method=xrtransformer",
+            "matcher.level_steps=[2,3]",
+            "xrtransformer.nr_splits=8",
+            "xrtransformer.eval_docs=50",
+            "matcher.embed_max_length=48",
+            "combine_weight=0.7",
+        ],
+    )
 
 
 def _moved_run(tmp_path_factory, overrides: list[str]) -> dict:
@@ -56,8 +74,10 @@ def _moved_run(tmp_path_factory, overrides: list[str]) -> dict:
 
     tmp = tmp_path_factory.mktemp("run")
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*overrides, f"paths.cache_dir={tmp / 'cache'}",
-                                                      f"paths.output_dir={tmp / 'run'}"])
+        cfg = compose(
+            config_name="train",
+            overrides=[*overrides, f"paths.cache_dir={tmp / 'cache'}", f"paths.output_dir={tmp / 'run'}"],
+        )
     alive: list[int] = []
 
     def counting(stage):
@@ -67,6 +87,7 @@ def _moved_run(tmp_path_factory, overrides: list[str]) -> dict:
             gc.collect()
             alive.append(sum(isinstance(o, (HierarchicalLinear, LinearForest)) for o in gc.get_objects()))
             return stage(*args, **kwargs)
+
         return wrapped
 
     with pytest.MonkeyPatch.context() as mp:  # where each neural method starts fine-tuning
@@ -86,15 +107,33 @@ def _moved_run(tmp_path_factory, overrides: list[str]) -> dict:
     texts.write_text("".join(t.replace("\n", " ") + "\n" for t in ds.splits[split].texts), encoding="utf-8")
     labels = tmp / "labels.txt"
     Y = ds.splits[split].Y
-    labels.write_text("".join(" ".join(ds.vocab.ids[j] for j in Y.indices[Y.indptr[i]:Y.indptr[i + 1]]) + "\n"
-                              for i in range(Y.shape[0])), encoding="utf-8")
-    return {"model": moved, "run": tmp / "run", "split": split, "texts": texts, "labels": labels, "ds": ds,
-            "metrics": metrics, "cache": str(tmp / "cache"), "linear_models_alive": alive}
+    labels.write_text(
+        "".join(
+            " ".join(ds.vocab.ids[j] for j in Y.indices[Y.indptr[i] : Y.indptr[i + 1]]) + "\n"
+            for i in range(Y.shape[0])
+        ),
+        encoding="utf-8",
+    )
+    return {
+        "model": moved,
+        "run": tmp / "run",
+        "split": split,
+        "texts": texts,
+        "labels": labels,
+        "ds": ds,
+        "metrics": metrics,
+        "cache": str(tmp / "cache"),
+        "linear_models_alive": alive,
+    }
 
 
 def _xmc_predict(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "xtransformer", "predict", *args, "--no-progress"],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "xtransformer", "predict", *args, "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _jsonl_to_csr(path: Path, ids: list[str]) -> sp.csr_matrix:
@@ -109,15 +148,27 @@ def _jsonl_to_csr(path: Path, ids: list[str]) -> sp.csr_matrix:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("run_name, method", [("moved_run", m) for m in METHODS]
-                         + [("moved_xr_run", m) for m in ("xrtransformer", "xrtransformer+xrlinear")])
+@pytest.mark.parametrize(
+    "run_name, method",
+    [("moved_run", m) for m in METHODS] + [("moved_xr_run", m) for m in ("xrtransformer", "xrtransformer+xrlinear")],
+)
 def test_xmc_predict_reproduces_the_run_after_move_and_cache_deletion(run_name, method, tmp_path, request):
     moved_run = request.getfixturevalue(run_name)
     folder = moved_run["model"] / method
     out = tmp_path / "pred.jsonl"
     # the default chunk holds the whole split: the encoder sees the same batches as in the run
-    res = _xmc_predict("--model", str(folder), "--input", str(moved_run["texts"]), "--k", "20",
-                       "--output", str(out), "--labels", str(moved_run["labels"]))
+    res = _xmc_predict(
+        "--model",
+        str(folder),
+        "--input",
+        str(moved_run["texts"]),
+        "--k",
+        "20",
+        "--output",
+        str(out),
+        "--labels",
+        str(moved_run["labels"]),
+    )
     assert res.returncode == 0, res.stderr
     manifest = json.loads((folder / "manifest.json").read_text())
     got = _jsonl_to_csr(out, json.loads((folder / "labels.json").read_text())["ids"])
@@ -221,7 +272,7 @@ def test_linear_model_predicts_without_torch_lightning_hydra_wandb(moved_run):
     code = f"""
 import sys
 from xtransformer import XMCModel
-m = XMCModel.load({str(moved_run['model'] / 'xrlinear')!r})
+m = XMCModel.load({str(moved_run["model"] / "xrlinear")!r})
 print(m.predict(["oil prices rose in opec talks"], k=2)[0]["labels"])
 heavy = [n for n in ("torch", "lightning", "hydra", "wandb", "transformers") if n in sys.modules]
 assert not heavy, heavy
@@ -272,9 +323,22 @@ def test_non_utf8_input_names_the_line(moved_run, tmp_path):
 @pytest.mark.slow
 def test_tsv_output_and_chunked_stream(moved_run, tmp_path):
     out = tmp_path / "pred.tsv"
-    res = _xmc_predict("--model", str(moved_run["model"]), "--method", "xrlinear", "--input",
-                       str(moved_run["texts"]), "--format", "tsv", "--k", "2", "--chunk-size", "7",
-                       "--output", str(out))
+    res = _xmc_predict(
+        "--model",
+        str(moved_run["model"]),
+        "--method",
+        "xrlinear",
+        "--input",
+        str(moved_run["texts"]),
+        "--format",
+        "tsv",
+        "--k",
+        "2",
+        "--chunk-size",
+        "7",
+        "--output",
+        str(out),
+    )
     assert res.returncode == 0, res.stderr
     rows = out.read_text(encoding="utf-8").splitlines()
     assert len(rows) == len(moved_run["texts"].read_text(encoding="utf-8").splitlines())
@@ -295,8 +359,12 @@ def test_folders_of_the_earlier_layout_load_and_predict_as_before(run):
     expected = json.loads((folder / "expected.json").read_text())
     for method, rows in expected.items():
         model = XMCModel.load(folder / "model", method=method)
-        assert model.method == method and type(model).__name__ in ("XRLinear", "XTransformer", "XRTransformer",
-                                                                    "Combination")
+        assert model.method == method and type(model).__name__ in (
+            "XRLinear",
+            "XTransformer",
+            "XRTransformer",
+            "Combination",
+        )
         got = model.predict(texts, k=5)
         for g, want in zip(got, rows):
             assert g["labels"] == want["labels"], (method, g, want)

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from model_helpers import save_toy_xrlinear
-from xtransformer.model import XMCModel
+
 from xtransformer.methods.combination import Combination
+from xtransformer.model import XMCModel
 from xtransformer.model.folder import FORMAT_VERSION, MANIFEST, ModelError, read_manifest
 
 
@@ -127,8 +127,9 @@ def tamper_member_escapes(m: Path, tmp: Path) -> str:
 
 
 def tamper_member_absolute(m: Path, tmp: Path) -> str:
-    _edit_manifest(m / "ensemble",
-                   lambda man: man["components"].__setitem__("members", ["../xrlinear", str(m / "other")]))
+    _edit_manifest(
+        m / "ensemble", lambda man: man["components"].__setitem__("members", ["../xrlinear", str(m / "other")])
+    )
     return "is an absolute path; members are sibling folders"
 
 
@@ -203,16 +204,24 @@ def test_symlinks_inside_the_folder_are_fine(run):
     ranker = run / "xrlinear" / "ranker" / "level_0"
     shutil.move(ranker / "C.npz", ranker / "C-real.npz")
     (ranker / "C.npz").symlink_to("C-real.npz")
-    _edit_manifest(run / "xrlinear", lambda man: man["files"].__setitem__("ranker/level_0/C-real.npz",
-                                                                          man["files"]["ranker/level_0/C.npz"]))
+    _edit_manifest(
+        run / "xrlinear",
+        lambda man: man["files"].__setitem__("ranker/level_0/C-real.npz", man["files"]["ranker/level_0/C.npz"]),
+    )
     assert XMCModel.load(run / "xrlinear").predict(["a text"], k=2)[0]["labels"]
 
 
 def test_xmc_serve_prints_the_one_line_and_exits_2(run, tmp_path):
     tamper_member_missing(run, tmp_path)
-    res = subprocess.run([sys.executable, "-m", "xtransformer", "serve", "--model", str(run / "ensemble"), "--port", "0"],
-                         capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    res = subprocess.run(
+        [sys.executable, "-m", "xtransformer", "serve", "--model", str(run / "ensemble"), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines() == [res.stderr.strip()], res.stderr
-    assert res.stderr.startswith("xmc-serve: error: ") and "member '../other' of the combination is missing" in res.stderr
+    assert (
+        res.stderr.startswith("xmc-serve: error: ") and "member '../other' of the combination is missing" in res.stderr
+    )

@@ -23,8 +23,10 @@ def test_dispatcher_lists_commands(entry):
     assert res.returncode == 2 and "usage" in res.stderr
 
 
-@pytest.mark.parametrize("command, words", [("predict", "--labels"), ("serve", "--max-texts"),
-                                            ("ensemble", "--method"), ("train", "Configuration groups")])
+@pytest.mark.parametrize(
+    "command, words",
+    [("predict", "--labels"), ("serve", "--max-texts"), ("ensemble", "--method"), ("train", "Configuration groups")],
+)
 def test_every_command_has_a_real_help(command, words):
     res = _run("-m", "xtransformer", command, "--help")
     assert res.returncode == 0, res.stderr
@@ -57,8 +59,10 @@ def test_train_help_lists_groups_and_every_top_level_setting():
     assert any(line.startswith("seed ") and line.endswith("[7]") for line in lines)
 
 
-@pytest.mark.parametrize("raw", [b"\xef\xbb\xbfoil up\ngrain down\n", b"oil up\r\ngrain down\r\n",
-                                 b"oil up\rgrain down\r", b"oil up\ngrain down"])
+@pytest.mark.parametrize(
+    "raw",
+    [b"\xef\xbb\xbfoil up\ngrain down\n", b"oil up\r\ngrain down\r\n", b"oil up\rgrain down\r", b"oil up\ngrain down"],
+)
 def test_predict_input_line_ends_and_bom(tmp_path, raw):
     """xmc-predict reads its texts as training reads them: any line end, no BOM."""
     from xtransformer.cli import read_lines

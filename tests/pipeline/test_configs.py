@@ -62,5 +62,7 @@ def test_a_target_that_is_not_the_groups_record_is_rejected():
 def test_a_target_that_moved_names_its_new_place():
     from xtransformer.errors import UserError
 
-    with pytest.raises(UserError, match=r"no such class \(it moved: write xtransformer\.methods\.xrlinear\.XRLinearConfig\)"):
+    with pytest.raises(
+        UserError, match=r"no such class \(it moved: write xtransformer\.methods\.xrlinear\.XRLinearConfig\)"
+    ):
         run_settings(_compose("xrlinear._target_=xtransformer.pipeline.settings.XRLinearConfig"))

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
 from run_helpers import CONFIGS, ROOT, TINY, compose_run
+
 
 # A slice of Reuters and a tiny random BERT: the whole method in seconds.
 def _groups() -> dict[str, list[str]]:
@@ -43,8 +43,9 @@ def test_table5_rowscompose_run(tmp_path):
 def test_launcherscompose_run(tmp_path, launcher):
     """The sweep launchers: basic (default), joblib (local parallel), SLURM via submitit."""
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[f"hydra/launcher={launcher}", "trainer=ddp"],
-                      return_hydra_config=True)
+        cfg = compose(
+            config_name="train", overrides=[f"hydra/launcher={launcher}", "trainer=ddp"], return_hydra_config=True
+        )
     node = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
     assert launcher.split("_")[0].lower() in node["_target_"].lower()
     if launcher == "slurm":
@@ -123,9 +124,15 @@ def test_multirun_sweep_resumes_and_aggregates(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     sweep = tmp_path / "sweep"
     cmd = [
-        sys.executable, str(ROOT / "train.py"), "-m", *TINY, "train_xrlinear=false",
-        "ranker=tfidf_tfn,tfidf_neural_tfn_man", "seed=0,1",
-        f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}",
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        *TINY,
+        "train_xrlinear=false",
+        "ranker=tfidf_tfn,tfidf_neural_tfn_man",
+        "seed=0,1",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"hydra.sweep.dir={sweep}",
     ]
     # interrupt the sweep as soon as its first run has finished
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -156,8 +163,13 @@ def test_ddp_from_hydra_entry_point_one_run_folder(tmp_path):
     has one output folder, one metrics.json, and rank 1 neither logs nor redoes the stages."""
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     cmd = [
-        sys.executable, str(ROOT / "train.py"), *TINY, "trainer=ddp_cpu", "trainer.enable_progress_bar=false",
-        f"paths.cache_dir={tmp_path / 'cache'}", f"paths.log_dir={tmp_path / 'logs'}",
+        sys.executable,
+        str(ROOT / "train.py"),
+        *TINY,
+        "trainer=ddp_cpu",
+        "trainer.enable_progress_bar=false",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"paths.log_dir={tmp_path / 'logs'}",
     ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -178,8 +190,16 @@ def test_submitit_launcher_runs_members_as_jobs(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     sweep = tmp_path / "sweep"
     cmd = [
-        sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
-        *TINY, "train_xrlinear=false", f"paths.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={sweep}", "seed=0",
+        sys.executable,
+        str(ROOT / "train.py"),
+        "-m",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=10",
+        *TINY,
+        "train_xrlinear=false",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"hydra.sweep.dir={sweep}",
+        "seed=0",
     ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -188,9 +208,17 @@ def test_submitit_launcher_runs_members_as_jobs(tmp_path):
     assert any((sweep / ".submitit").rglob("*_result.pkl"))  # it really went through submitit
 
 
-@pytest.mark.parametrize("env,zero", [({}, True), ({"LOCAL_RANK": "0", "NODE_RANK": "0"}, True),
-                                      ({"LOCAL_RANK": "1"}, False), ({"SLURM_PROCID": "3"}, False),
-                                      ({"RANK": "2"}, False), ({"SLURM_PROCID": "0"}, True)])
+@pytest.mark.parametrize(
+    "env,zero",
+    [
+        ({}, True),
+        ({"LOCAL_RANK": "0", "NODE_RANK": "0"}, True),
+        ({"LOCAL_RANK": "1"}, False),
+        ({"SLURM_PROCID": "3"}, False),
+        ({"RANK": "2"}, False),
+        ({"SLURM_PROCID": "0"}, True),
+    ],
+)
 def test_rank_zero_under_lightning_and_slurm(monkeypatch, env, zero):
     """Only rank 0 builds stages: Lightning's re-launched ranks and SLURM's other tasks only help train."""
     from xtransformer.utils.dist import is_rank_zero

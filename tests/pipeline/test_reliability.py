@@ -24,9 +24,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -34,8 +34,12 @@ pytestmark = pytest.mark.slow  # every row starts Hydra (and most Lightning) in 
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
-ENV = {"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-       "TOKENIZERS_PARALLELISM": "false"}
+ENV = {
+    "WANDB_MODE": "disabled",
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 N_TRAIN, N_TEST = 200, 60  # the small Reuters slice every row starts from
 
 
@@ -79,8 +83,14 @@ def run_train(argv: list[str], cwd: Path, env: dict[str, str] | None = None, rea
 
         src = str(Path(xtransformer.__file__).resolve().parents[1])
         full_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"} | env | {"PYTHONPATH": src}
-        res = subprocess.run([sys.executable, str(ROOT / "train.py"), *argv], cwd=cwd, env=full_env,
-                             capture_output=True, text=True, timeout=TIMEOUT_S)
+        res = subprocess.run(
+            [sys.executable, str(ROOT / "train.py"), *argv],
+            cwd=cwd,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
         return Result(res.returncode, res.stdout, res.stderr)
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([__name__, *_HEAVY])
@@ -97,11 +107,11 @@ def run_train(argv: list[str], cwd: Path, env: dict[str, str] | None = None, rea
 
 # ------------------------------------------------------------------------------------------ the data
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory) -> "Shared":
+def shared(tmp_path_factory) -> Shared:
     return make_shared(tmp_path_factory.mktemp("reliability"))
 
 
-def make_shared(root: Path) -> "Shared":
+def make_shared(root: Path) -> Shared:
     """The first N_TRAIN train / N_TEST test documents of Reuters-21578, its label map and names."""
     from xtransformer.data import DataConfig, resolve_dataset_dir
 
@@ -149,17 +159,28 @@ class Ctx:
 
     def argv(self, overrides: tuple[str, ...], drop: tuple[str, ...] = ()) -> list[str]:
         base = {
-            "data": "custom", "data.path": str(self.data), "data.name": "small", "logger": "none",
-            "model_scale": "small", "matcher": "tiny_bert", "matcher.max_steps": "2", "matcher.batch_size": "16",
-            "matcher.max_length": "32", "matcher.progress": "false", "indexing.n_clusters": "8",
-            "tfidf.max_features": "2000", "paths.cache_dir": str(self.cache), "hydra.run.dir": str(self.run_dir),
+            "data": "custom",
+            "data.path": str(self.data),
+            "data.name": "small",
+            "logger": "none",
+            "model_scale": "small",
+            "matcher": "tiny_bert",
+            "matcher.max_steps": "2",
+            "matcher.batch_size": "16",
+            "matcher.max_length": "32",
+            "matcher.progress": "false",
+            "indexing.n_clusters": "8",
+            "tfidf.max_features": "2000",
+            "paths.cache_dir": str(self.cache),
+            "hydra.run.dir": str(self.run_dir),
         }
         for key in (*drop, *(o.split("=", 1)[0] for o in overrides)):  # a row's own value wins
             base.pop(key, None)
         return [f"{k}={v}" for k, v in base.items()] + list(overrides)
 
-    def run(self, *overrides: str, drop: tuple[str, ...] = (), env: dict[str, str] | None = None,
-            real_process: bool = False) -> Result:
+    def run(
+        self, *overrides: str, drop: tuple[str, ...] = (), env: dict[str, str] | None = None, real_process: bool = False
+    ) -> Result:
         self.work.mkdir(parents=True, exist_ok=True)
         return run_train(self.argv(overrides, drop), self.work, env, real_process)
 
@@ -168,8 +189,11 @@ class Ctx:
 
     def stages_written(self) -> list[str]:
         """What of the pipeline's work reached the cache (TF-IDF, stage artifacts, tokens)."""
-        return sorted(p.name for p in self.cache.iterdir() if p.name in ("tfidf", "stages", "tokens")) \
-            if self.cache.is_dir() else []
+        return (
+            sorted(p.name for p in self.cache.iterdir() if p.name in ("tfidf", "stages", "tokens"))
+            if self.cache.is_dir()
+            else []
+        )
 
 
 # ------------------------------------------------------------------------------------------ the rows
@@ -199,6 +223,7 @@ def edit(name: str, change: Callable[[bytes], bytes]) -> Callable[[Ctx], None]:
     def setup(ctx: Ctx) -> None:
         path = ctx.data / name
         path.write_bytes(change(path.read_bytes()))
+
     return setup
 
 
@@ -206,6 +231,7 @@ def edit_all(change: Callable[[bytes], bytes]) -> Callable[[Ctx], None]:
     def setup(ctx: Ctx) -> None:
         for path in ctx.data.glob("*.txt"):
             path.write_bytes(change(path.read_bytes()))
+
     return setup
 
 
@@ -214,6 +240,7 @@ def set_line(name: str, line: int, text: str) -> Callable[[Ctx], None]:
         lines = raw.decode("utf-8").split("\n")
         lines[line - 1] = text
         return "\n".join(lines).encode("utf-8")
+
     return edit(name, change)
 
 
@@ -225,6 +252,7 @@ def delete(*names: str) -> Callable[[Ctx], None]:
     def setup(ctx: Ctx) -> None:
         for name in names or [p.name for p in ctx.data.iterdir()]:
             (ctx.data / name).unlink()
+
     return setup
 
 
@@ -232,6 +260,7 @@ def both(*setups: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
     def setup(ctx: Ctx) -> None:
         for s in setups:
             s(ctx)
+
     return setup
 
 
@@ -268,8 +297,14 @@ def same_as_reference(ctx: Ctx, res: Result) -> None:
 
 def unseen_reported(ctx: Ctx, res: Result) -> None:
     unseen = ctx.metrics()["unseen_eval_labels"]
-    assert unseen == {"split": "test", "labels": 2, "positives": N_TEST * 3 // 2, "docs": N_TEST,
-                      "docs_only_unseen": N_TEST, "n_docs": N_TEST}
+    assert unseen == {
+        "split": "test",
+        "labels": 2,
+        "positives": N_TEST * 3 // 2,
+        "docs": N_TEST,
+        "docs_only_unseen": N_TEST,
+        "n_docs": N_TEST,
+    }
     assert ctx.metrics()["metrics"]["P@1"] == 0.0
 
 
@@ -291,108 +326,222 @@ def names(key: str, value: str = "") -> str:
 SETTINGS = [
     setting("ranker.negatives=foo", "ranker.negatives=foo", message=names("ranker.negatives", "foo")),
     setting("indexing.n_copies=0", "indexing.n_copies=0", message=names("indexing.n_copies", "0")),
-    setting("indexing.n_copies above K", "indexing.n_copies=9",
-            message=r"^error: indexing\.n_copies=9:? is above the number of leaf clusters"),
+    setting(
+        "indexing.n_copies above K",
+        "indexing.n_copies=9",
+        message=r"^error: indexing\.n_copies=9:? is above the number of leaf clusters",
+    ),
     setting("indexing.merge=median", "indexing.merge=median", message=names("indexing.merge", "median")),
     setting("matcher.max_steps=abc", "matcher.max_steps=abc", message=names("matcher.max_steps", "abc")),
     setting("seed=abc", "seed=abc", message=names("seed", "abc")),
     setting("trainer.devices=0", "trainer.devices=0", message=names("trainer.devices", "0")),
-    setting("trainer=gpu without a GPU", "trainer=gpu", message=r"^error: .*trainer\.accelerator.*gpu",
-            skip_if=no_gpu),
+    setting("trainer=gpu without a GPU", "trainer=gpu", message=r"^error: .*trainer\.accelerator.*gpu", skip_if=no_gpu),
     setting("trainer.precision=fp8", "trainer.precision=fp8", message=names("trainer.precision", "fp8")),
     setting("indexing.n_clusters=1", "indexing.n_clusters=1", message=names("n_clusters", "1")),
     setting("indexing.n_clusters=abc", "indexing.n_clusters=abc", message=names("n_clusters", "abc")),
-    setting("n_clusters with max_leaf_size", "indexing.max_leaf_size=4",
-            message=r"^error: .*at most one of .*n_clusters.* and .*max_leaf_size"),
+    setting(
+        "n_clusters with max_leaf_size",
+        "indexing.max_leaf_size=4",
+        message=r"^error: .*at most one of .*n_clusters.* and .*max_leaf_size",
+    ),
     setting("unknown key in a group", "ranker.no_such_key=1", message=names("ranker.no_such_key")),
     setting("unknown top-level key", "no_such_key=1", message=names("no_such_key")),
     setting("unknown matcher option", "matcher=no_such_matcher", message=r"^error: .*matcher.*no_such_matcher"),
     setting("method=foo", "method=foo", message=r"^error: .*method.*foo"),
-    setting("combine_with_xrlinear=median", "combine_with_xrlinear=median",
-            message=names("combine_with_xrlinear", "median")),
+    setting(
+        "combine_with_xrlinear=median", "combine_with_xrlinear=median", message=names("combine_with_xrlinear", "median")
+    ),
     # (XR-Linear alone where the setting is not the neural methods': these rows run to the end today)
     setting("model_scale=medium", "method=xrlinear", "model_scale=medium", message=names("model_scale", "medium")),
     setting("cache=maybe", "method=xrlinear", "cache=maybe", message=names("cache", "maybe")),
-    setting("train_xrlinear=maybe", "method=xrlinear", "train_xrlinear=maybe", message=names("train_xrlinear", "maybe")),
+    setting(
+        "train_xrlinear=maybe", "method=xrlinear", "train_xrlinear=maybe", message=names("train_xrlinear", "maybe")
+    ),
     setting("matcher.topb=0", "matcher.topb=0", message=names("topb", "0")),
     setting("matcher.embed_max_length=0", "matcher.embed_max_length=0", message=names("embed_max_length", "0")),
     setting("combine_weight=1.5", "combine_weight=1.5", message=names("combine_weight", "1.5")),
     setting("matcher.batch_size=0", "matcher.batch_size=0", message=names("batch_size", "0")),
     setting("matcher.lr=-1", "matcher.lr=-1", message=names("lr", "-1")),
     setting("ranker.Cp=-1", "ranker.Cp=-1", message=names("ranker.Cp", "-1")),
-    setting("xrlinear.model.beam_size=0", "method=xrlinear", "xrlinear.model.beam_size=0",
-            message=names("xrlinear.model.beam_size", "0")),
+    setting(
+        "xrlinear.model.beam_size=0",
+        "method=xrlinear",
+        "xrlinear.model.beam_size=0",
+        message=names("xrlinear.model.beam_size", "0"),
+    ),
     setting("tfidf.max_features=0", "tfidf.max_features=0", message=names("tfidf.max_features", "0")),
-    setting("missing encoder folder", "matcher.model_name_or_path=/no/such/model",
-            message=r"^error: .*/no/such/model"),
-    setting("W&B last after a late error", "method=xrlinear", "logger=wandb", "xrlinear.model.negatives=foo",
-            env={"WANDB_MODE": "offline"}, message=names("xrlinear.model.negatives", "foo")),
+    setting("missing encoder folder", "matcher.model_name_or_path=/no/such/model", message=r"^error: .*/no/such/model"),
+    setting(
+        "W&B last after a late error",
+        "method=xrlinear",
+        "logger=wandb",
+        "xrlinear.model.negatives=foo",
+        env={"WANDB_MODE": "offline"},
+        message=names("xrlinear.model.negatives", "foo"),
+    ),
     setting("data.max_docs=-5", "data.max_docs=-5", message=names("data.max_docs", "-5")),
     setting("data.max_docs=0", "data.max_docs=0", message=names("data.max_docs", "0")),
     setting("data.max_docs=abc", "data.max_docs=abc", message=names("data.max_docs", "abc")),
     setting("data.dev_fraction=1.5", "data.dev_fraction=1.5", message=names("data.dev_fraction", "1.5")),
     setting("data.dev_fraction=abc", "data.dev_fraction=abc", message=names("data.dev_fraction", "abc")),
-    setting("data.eval_split=validation", "data.eval_split=validation",
-            message=r"^error: data\.eval_split='validation' but the dataset has splits"),
-    setting("data.format=parquet", "data.format=parquet", message=r"^error: data\.format must be auto, text, xc or npz"),
-    setting("data=custom without data.path", drop=("data.path", "data.name"),
-            message=r"^error: data\.path\b.*data\.path=", real_process=True),
-    setting("data.path a missing folder", "data.path=/no/such/folder",
-            message=r"^error: unknown dataset 'small': no folder /no/such/folder.*data\.path"),
+    setting(
+        "data.eval_split=validation",
+        "data.eval_split=validation",
+        message=r"^error: data\.eval_split='validation' but the dataset has splits",
+    ),
+    setting(
+        "data.format=parquet", "data.format=parquet", message=r"^error: data\.format must be auto, text, xc or npz"
+    ),
+    setting(
+        "data=custom without data.path",
+        drop=("data.path", "data.name"),
+        message=r"^error: data\.path\b.*data\.path=",
+        real_process=True,
+    ),
+    setting(
+        "data.path a missing folder",
+        "data.path=/no/such/folder",
+        message=r"^error: unknown dataset 'small': no folder /no/such/folder.*data\.path",
+    ),
 ]
 
 DATA = [
-    Case("UTF-8 BOM in train_labels.txt", ("method=xrlinear",), code=0, check=same_as_reference,
-         setup=edit("train_labels.txt", lambda b: b"\xef\xbb\xbf" + b)),
-    Case("UTF-8 BOM in every file", ("method=xrlinear",), code=0, check=same_as_reference,
-         setup=edit_all(lambda b: b"\xef\xbb\xbf" + b)),
-    Case("CRLF line ends", ("method=xrlinear",), code=0, check=same_as_reference,
-         setup=edit_all(lambda b: b.replace(b"\n", b"\r\n"))),
-    Case("CR-only line ends", ("method=xrlinear",), code=0, check=same_as_reference,
-         setup=edit_all(lambda b: b.replace(b"\n", b"\r"))),
-    Case("comma-separated labels", setup=set_line("train_labels.txt", 3, "earn,acq"),
-         message=r"^error: .*/train_labels\.txt:3: label id 'earn,acq' contains a comma.*'earn acq'"),
-    Case("comma in a label_map id", setup=set_line("label_map.txt", 2, "acq,earn"),
-         message=r"^error: .*/label_map\.txt:2: label id 'acq,earn' contains a comma"),
-    Case("texts and labels misaligned", setup=edit("train_labels.txt", drop_last_line),
-         message=rf"^error: .*/train_labels\.txt: train_texts\.txt has {N_TRAIN} lines but train_labels\.txt has "
-                 rf"{N_TRAIN - 1}"),
-    Case("empty label line", setup=set_line("train_labels.txt", 5, ""),
-         message=r"^error: .*/train_labels\.txt:5: empty label line .*data\.allow_empty_labels"),
-    Case("empty document", setup=set_line("train_texts.txt", 7, "   "),
-         message=r"^error: .*/train_texts\.txt:7: empty document .*data\.allow_empty_docs"),
-    Case("undecodable bytes", setup=edit("train_texts.txt", lambda b: b.replace(b"\n", b"\n\xff\xfe", 1)),
-         message=r"^error: .*/train_texts\.txt:2: undecodable bytes"),
-    Case("label id not in label_map", setup=set_line("test_labels.txt", 4, "earn no_such_label"),
-         message=r"^error: .*/test_labels\.txt:4: label id 'no_such_label' is not in the label map"),
-    Case("duplicate label_map id", setup=set_line("label_map.txt", 3, "earn"),
-         message=r"^error: .*/label_map\.txt: label vocabulary has duplicate id 'earn'"),
-    Case("label_text line without a TAB", setup=set_line("label_text.txt", 2, "acq acquisitions"),
-         message=r"^error: .*/label_text\.txt:2: expected 'id<TAB>name"),
-    Case("ids file misaligned", setup=edit("train_ids.txt", drop_last_line),
-         message=rf"^error: .*/train_ids\.txt: train_ids\.txt has {N_TRAIN - 1} lines, expected {N_TRAIN}"),
-    Case("missing train_labels.txt", setup=delete("train_labels.txt"),
-         message=r"^error: .*/train_labels\.txt: split 'train' is incomplete"),
-    Case("missing test_texts.txt", setup=delete("test_texts.txt"),
-         message=r"^error: .*/test_texts\.txt: split 'test' is incomplete"),
-    Case("empty train files", setup=both(edit("train_texts.txt", lambda b: b""), edit("train_labels.txt", lambda b: b"")),
-         message=r"^error: .*/train_texts\.txt: no documents: the file is empty"),
+    Case(
+        "UTF-8 BOM in train_labels.txt",
+        ("method=xrlinear",),
+        code=0,
+        check=same_as_reference,
+        setup=edit("train_labels.txt", lambda b: b"\xef\xbb\xbf" + b),
+    ),
+    Case(
+        "UTF-8 BOM in every file",
+        ("method=xrlinear",),
+        code=0,
+        check=same_as_reference,
+        setup=edit_all(lambda b: b"\xef\xbb\xbf" + b),
+    ),
+    Case(
+        "CRLF line ends",
+        ("method=xrlinear",),
+        code=0,
+        check=same_as_reference,
+        setup=edit_all(lambda b: b.replace(b"\n", b"\r\n")),
+    ),
+    Case(
+        "CR-only line ends",
+        ("method=xrlinear",),
+        code=0,
+        check=same_as_reference,
+        setup=edit_all(lambda b: b.replace(b"\n", b"\r")),
+    ),
+    Case(
+        "comma-separated labels",
+        setup=set_line("train_labels.txt", 3, "earn,acq"),
+        message=r"^error: .*/train_labels\.txt:3: label id 'earn,acq' contains a comma.*'earn acq'",
+    ),
+    Case(
+        "comma in a label_map id",
+        setup=set_line("label_map.txt", 2, "acq,earn"),
+        message=r"^error: .*/label_map\.txt:2: label id 'acq,earn' contains a comma",
+    ),
+    Case(
+        "texts and labels misaligned",
+        setup=edit("train_labels.txt", drop_last_line),
+        message=rf"^error: .*/train_labels\.txt: train_texts\.txt has {N_TRAIN} lines but train_labels\.txt has "
+        rf"{N_TRAIN - 1}",
+    ),
+    Case(
+        "empty label line",
+        setup=set_line("train_labels.txt", 5, ""),
+        message=r"^error: .*/train_labels\.txt:5: empty label line .*data\.allow_empty_labels",
+    ),
+    Case(
+        "empty document",
+        setup=set_line("train_texts.txt", 7, "   "),
+        message=r"^error: .*/train_texts\.txt:7: empty document .*data\.allow_empty_docs",
+    ),
+    Case(
+        "undecodable bytes",
+        setup=edit("train_texts.txt", lambda b: b.replace(b"\n", b"\n\xff\xfe", 1)),
+        message=r"^error: .*/train_texts\.txt:2: undecodable bytes",
+    ),
+    Case(
+        "label id not in label_map",
+        setup=set_line("test_labels.txt", 4, "earn no_such_label"),
+        message=r"^error: .*/test_labels\.txt:4: label id 'no_such_label' is not in the label map",
+    ),
+    Case(
+        "duplicate label_map id",
+        setup=set_line("label_map.txt", 3, "earn"),
+        message=r"^error: .*/label_map\.txt: label vocabulary has duplicate id 'earn'",
+    ),
+    Case(
+        "label_text line without a TAB",
+        setup=set_line("label_text.txt", 2, "acq acquisitions"),
+        message=r"^error: .*/label_text\.txt:2: expected 'id<TAB>name",
+    ),
+    Case(
+        "ids file misaligned",
+        setup=edit("train_ids.txt", drop_last_line),
+        message=rf"^error: .*/train_ids\.txt: train_ids\.txt has {N_TRAIN - 1} lines, expected {N_TRAIN}",
+    ),
+    Case(
+        "missing train_labels.txt",
+        setup=delete("train_labels.txt"),
+        message=r"^error: .*/train_labels\.txt: split 'train' is incomplete",
+    ),
+    Case(
+        "missing test_texts.txt",
+        setup=delete("test_texts.txt"),
+        message=r"^error: .*/test_texts\.txt: split 'test' is incomplete",
+    ),
+    Case(
+        "empty train files",
+        setup=both(edit("train_texts.txt", lambda b: b""), edit("train_labels.txt", lambda b: b"")),
+        message=r"^error: .*/train_texts\.txt: no documents: the file is empty",
+    ),
     Case("no dataset files", setup=delete(), message=r"^error: .*: no dataset files found"),
-    Case("feature-only data with a neural method", setup=xc_files,
-         message=r"^error: .*: method=xtransformer needs the documents' texts.*use method=xrlinear$"),
+    Case(
+        "feature-only data with a neural method",
+        setup=xc_files,
+        message=r"^error: .*: method=xtransformer needs the documents' texts.*use method=xrlinear$",
+    ),
     Case("feature-only data with method=xrlinear", ("method=xrlinear",), code=0, setup=xc_files),
-    Case("XC file with a bad header", ("method=xrlinear",), setup=both(xc_files, set_line("train.txt", 1, "sixty 20 20")),
-         message=r"^error: .*/train\.txt:1: bad header 'sixty 20 20'"),
-    Case("test labels never seen in training", ("method=xrlinear",), code=0, setup=unseen_test_labels,
-         message=rf"WARNING\] 2 labels of the test split \({N_TEST} of its {N_TEST} documents; {N_TEST} have no other "
-                 r"label\) occur in no training document", check=unseen_reported),
-    Case("10 labels, default K = 16 (X-Transformer)", ("indexing.n_clusters=16",), code=0, setup=ten_labels,
-         message=r"WARNING\] n_clusters=16 is more than the 10 labels: using 10 clusters"),
-    Case("10 labels, default K = 16 (XR-Transformer)", ("method=xrtransformer", "indexing.n_clusters=16",
-                                                       "matcher.level_steps=[2,2]"), code=0, setup=ten_labels,
-         message=r"WARNING\] n_clusters=16 is more than the 10 labels"),
-    Case("indexing.n_clusters=100000", ("indexing.n_clusters=100000", "train_xrlinear=false"), code=0,
-         message=r"WARNING\] n_clusters=100000 is more than the 90 labels: using 90 clusters"),
+    Case(
+        "XC file with a bad header",
+        ("method=xrlinear",),
+        setup=both(xc_files, set_line("train.txt", 1, "sixty 20 20")),
+        message=r"^error: .*/train\.txt:1: bad header 'sixty 20 20'",
+    ),
+    Case(
+        "test labels never seen in training",
+        ("method=xrlinear",),
+        code=0,
+        setup=unseen_test_labels,
+        message=rf"WARNING\] 2 labels of the test split \({N_TEST} of its {N_TEST} documents; {N_TEST} have no other "
+        r"label\) occur in no training document",
+        check=unseen_reported,
+    ),
+    Case(
+        "10 labels, default K = 16 (X-Transformer)",
+        ("indexing.n_clusters=16",),
+        code=0,
+        setup=ten_labels,
+        message=r"WARNING\] n_clusters=16 is more than the 10 labels: using 10 clusters",
+    ),
+    Case(
+        "10 labels, default K = 16 (XR-Transformer)",
+        ("method=xrtransformer", "indexing.n_clusters=16", "matcher.level_steps=[2,2]"),
+        code=0,
+        setup=ten_labels,
+        message=r"WARNING\] n_clusters=16 is more than the 10 labels",
+    ),
+    Case(
+        "indexing.n_clusters=100000",
+        ("indexing.n_clusters=100000", "train_xrlinear=false"),
+        code=0,
+        message=r"WARNING\] n_clusters=100000 is more than the 90 labels: using 90 clusters",
+    ),
 ]
 
 # ------------------------------------------------------------------------------------------ cache and kills
@@ -413,8 +562,9 @@ def _stage_dir(ctx: Ctx, stage: str) -> Path:
 
 
 def _largest_file(folder: Path, pattern: str = "*") -> Path:
-    return max((p for p in folder.rglob(pattern) if p.is_file() and not p.name.startswith("_")),
-               key=lambda p: p.stat().st_size)
+    return max(
+        (p for p in folder.rglob(pattern) if p.is_file() and not p.name.startswith("_")), key=lambda p: p.stat().st_size
+    )
 
 
 def _flip(path: Path) -> None:
@@ -433,6 +583,7 @@ def damaged(stage: str, how: str, *overrides: str, pattern: str = "*") -> Callab
             target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
         else:  # delete
             target.unlink()
+
     return setup
 
 
@@ -455,6 +606,7 @@ def killed_in(stage: str, *overrides: str) -> Callable[[Ctx], None]:
         killed = ctx.run(*overrides, env={"XMC_KILL_IN_STAGE": stage})
         assert killed.code in (-9, 137), killed.tail()  # SIGKILL, as kill -9
         assert not (ctx.run_dir / "metrics.json").exists()
+
     return setup
 
 
@@ -509,45 +661,160 @@ def rebuilt(stage: str) -> str:
 
 
 CACHE = [
-    Case("XR-Linear artifact flipped in place", ("method=xrlinear",), code=0, early=False,
-         setup=damaged("xrlinear", "flip", "method=xrlinear"), message=rebuilt("xrlinear"), check=same_as_first),
-    Case("TF-IDF artifact truncated", ("method=xrlinear",), code=0, early=False,
-         setup=damaged("tfidf", "truncate", "method=xrlinear"), message=rebuilt("tfidf"), check=same_as_first),
-    Case("TF-IDF artifact deleted", ("method=xrlinear",), code=0, early=False,
-         setup=damaged("tfidf", "delete", "method=xrlinear"), message=rebuilt("tfidf"), check=same_as_first),
-    Case("index artifact flipped", ("train_xrlinear=false",), code=0, early=False,
-         setup=damaged("indexing", "flip", "train_xrlinear=false"), message=rebuilt("indexing"), check=same_as_first),
-    Case("ranker artifact flipped", ("train_xrlinear=false",), code=0, early=False,
-         setup=damaged("ranker", "flip", "train_xrlinear=false"), message=rebuilt("ranker"), check=same_as_first),
-    Case("matcher outputs flipped", ("train_xrlinear=false",), code=0, early=False,
-         setup=damaged("matcher_outputs", "flip", "train_xrlinear=false", pattern="*.np[yz]"),
-         message=r"WARNING\].*stage matcher_outputs: .*corrupt", check=same_as_first),
-    Case("matcher weights flipped", ("train_xrlinear=false",), code=0, early=False,
-         setup=damaged("matcher", "flip", "train_xrlinear=false", pattern="*.safetensors"),
-         message=r"WARNING\].*stage matcher: .*corrupt", check=same_as_first),
-    Case("foreign stage folder under this key", ("method=xrlinear",), code=0, early=False, setup=foreign_folder,
-         message=r"WARNING\].*xrlinear.*foreign.*built for key", check=same_as_first),
-    Case("cache=false reads and writes nothing", ("method=xrlinear", "cache=false"), code=0, early=False,
-         setup=poisoned_cache, check=lambda ctx, res: (
-             ctx.metrics()["results"] == ctx.shared.reference()["results"]) or pytest.fail("cache=false read the cache")),
-    Case("cache copied elsewhere (new paths, new file times)", ("method=xrlinear",), code=0, early=False,
-         setup=copied_cache, check=reused_everything),
-    Case("temporary folder of a killed writer", ("method=xrlinear",), code=0, early=False, setup=stale_tmp,
-         message=r"removed .*\.abc\.pid999999\.xyz\.tmp, left by a run that was killed", check=stale_tmp_removed),
-    Case("killed in the TF-IDF stage", ("method=xrlinear",), code=0, early=False,
-         setup=killed_in("tfidf", "method=xrlinear"), check=same_as_first),
-    Case("killed in the XR-Linear stage", ("method=xrlinear",), code=0, early=False,
-         setup=killed_in("xrlinear", "method=xrlinear"), check=same_as_first),
-    Case("killed in the indexing stage", ("train_xrlinear=false",), code=0, early=False,
-         setup=killed_in("indexing", "train_xrlinear=false"), check=same_as_first),
-    Case("killed in the matcher stage", ("train_xrlinear=false",), code=0, early=False,
-         setup=killed_in("matcher", "train_xrlinear=false"), check=same_as_first),
-    Case("killed in the ranker stage", ("train_xrlinear=false",), code=0, early=False,
-         setup=killed_in("ranker", "train_xrlinear=false"), check=same_as_first),
-    Case("killed in an XR-Transformer level", (*XRT, "train_xrlinear=false"), code=0, early=False,
-         setup=killed_in("xrlevel", *XRT, "train_xrlinear=false"), check=same_as_first),
-    Case("killed in XR-Transformer's final model", (*XRT, "train_xrlinear=false"), code=0, early=False,
-         setup=killed_in("xrfinal", *XRT, "train_xrlinear=false"), check=same_as_first),
+    Case(
+        "XR-Linear artifact flipped in place",
+        ("method=xrlinear",),
+        code=0,
+        early=False,
+        setup=damaged("xrlinear", "flip", "method=xrlinear"),
+        message=rebuilt("xrlinear"),
+        check=same_as_first,
+    ),
+    Case(
+        "TF-IDF artifact truncated",
+        ("method=xrlinear",),
+        code=0,
+        early=False,
+        setup=damaged("tfidf", "truncate", "method=xrlinear"),
+        message=rebuilt("tfidf"),
+        check=same_as_first,
+    ),
+    Case(
+        "TF-IDF artifact deleted",
+        ("method=xrlinear",),
+        code=0,
+        early=False,
+        setup=damaged("tfidf", "delete", "method=xrlinear"),
+        message=rebuilt("tfidf"),
+        check=same_as_first,
+    ),
+    Case(
+        "index artifact flipped",
+        ("train_xrlinear=false",),
+        code=0,
+        early=False,
+        setup=damaged("indexing", "flip", "train_xrlinear=false"),
+        message=rebuilt("indexing"),
+        check=same_as_first,
+    ),
+    Case(
+        "ranker artifact flipped",
+        ("train_xrlinear=false",),
+        code=0,
+        early=False,
+        setup=damaged("ranker", "flip", "train_xrlinear=false"),
+        message=rebuilt("ranker"),
+        check=same_as_first,
+    ),
+    Case(
+        "matcher outputs flipped",
+        ("train_xrlinear=false",),
+        code=0,
+        early=False,
+        setup=damaged("matcher_outputs", "flip", "train_xrlinear=false", pattern="*.np[yz]"),
+        message=r"WARNING\].*stage matcher_outputs: .*corrupt",
+        check=same_as_first,
+    ),
+    Case(
+        "matcher weights flipped",
+        ("train_xrlinear=false",),
+        code=0,
+        early=False,
+        setup=damaged("matcher", "flip", "train_xrlinear=false", pattern="*.safetensors"),
+        message=r"WARNING\].*stage matcher: .*corrupt",
+        check=same_as_first,
+    ),
+    Case(
+        "foreign stage folder under this key",
+        ("method=xrlinear",),
+        code=0,
+        early=False,
+        setup=foreign_folder,
+        message=r"WARNING\].*xrlinear.*foreign.*built for key",
+        check=same_as_first,
+    ),
+    Case(
+        "cache=false reads and writes nothing",
+        ("method=xrlinear", "cache=false"),
+        code=0,
+        early=False,
+        setup=poisoned_cache,
+        check=lambda ctx, res: (ctx.metrics()["results"] == ctx.shared.reference()["results"])
+        or pytest.fail("cache=false read the cache"),
+    ),
+    Case(
+        "cache copied elsewhere (new paths, new file times)",
+        ("method=xrlinear",),
+        code=0,
+        early=False,
+        setup=copied_cache,
+        check=reused_everything,
+    ),
+    Case(
+        "temporary folder of a killed writer",
+        ("method=xrlinear",),
+        code=0,
+        early=False,
+        setup=stale_tmp,
+        message=r"removed .*\.abc\.pid999999\.xyz\.tmp, left by a run that was killed",
+        check=stale_tmp_removed,
+    ),
+    Case(
+        "killed in the TF-IDF stage",
+        ("method=xrlinear",),
+        code=0,
+        early=False,
+        setup=killed_in("tfidf", "method=xrlinear"),
+        check=same_as_first,
+    ),
+    Case(
+        "killed in the XR-Linear stage",
+        ("method=xrlinear",),
+        code=0,
+        early=False,
+        setup=killed_in("xrlinear", "method=xrlinear"),
+        check=same_as_first,
+    ),
+    Case(
+        "killed in the indexing stage",
+        ("train_xrlinear=false",),
+        code=0,
+        early=False,
+        setup=killed_in("indexing", "train_xrlinear=false"),
+        check=same_as_first,
+    ),
+    Case(
+        "killed in the matcher stage",
+        ("train_xrlinear=false",),
+        code=0,
+        early=False,
+        setup=killed_in("matcher", "train_xrlinear=false"),
+        check=same_as_first,
+    ),
+    Case(
+        "killed in the ranker stage",
+        ("train_xrlinear=false",),
+        code=0,
+        early=False,
+        setup=killed_in("ranker", "train_xrlinear=false"),
+        check=same_as_first,
+    ),
+    Case(
+        "killed in an XR-Transformer level",
+        (*XRT, "train_xrlinear=false"),
+        code=0,
+        early=False,
+        setup=killed_in("xrlevel", *XRT, "train_xrlinear=false"),
+        check=same_as_first,
+    ),
+    Case(
+        "killed in XR-Transformer's final model",
+        (*XRT, "train_xrlinear=false"),
+        code=0,
+        early=False,
+        setup=killed_in("xrfinal", *XRT, "train_xrlinear=false"),
+        check=same_as_first,
+    ),
 ]
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import yaml
+from model_helpers import dense_weights, with_bias
 from sklearn.linear_model import LogisticRegression
 from sklearn.svm import LinearSVC
 
@@ -21,16 +22,15 @@ from xtransformer.ranker import (
     get_post_processor,
     negative_mask,
     ranker_features,
+    scoring,
     tfn_mask,
     topk_csr,
     train_ranker,
 )
-from xtransformer.ranker import scoring
-from model_helpers import dense_weights, with_bias
 from xtransformer.ranker.blocks import build_block, make_groups, plan_batches
 from xtransformer.ranker.solver import Block, SolverParams, solve_block
 
-TIGHT = dict(eps=1e-7, max_iter=100, max_cg_iter=500)
+TIGHT = {"eps": 1e-7, "max_iter": 100, "max_cg_iter": 500}
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -57,7 +57,7 @@ def random_problem(n=240, f=60, L=12, K=4, seed=0):
     X = sp.csr_matrix(X.multiply(1.0 / np.maximum(sp.linalg.norm(X, axis=1), 1e-9)[:, None]), dtype=np.float32)
     W = rng.standard_normal((f, L))
     S = X @ W
-    Y = sp.csr_matrix((S > np.quantile(S, 0.85, axis=0)).astype(np.float32))
+    Y = sp.csr_matrix((np.quantile(S, 0.85, axis=0) < S).astype(np.float32))
     codes = np.arange(L) % K
     C = sp.csr_matrix((np.ones(L, np.float32), (np.arange(L), codes)), shape=(L, K))
     return X, Y, C
@@ -82,9 +82,7 @@ def test_tfn_selects_figure4_instances():
 
 def test_man_and_union_select_exact_instances():
     Y, C = figure4()
-    M_hat = sp.csr_matrix(
-        (np.array([0.9, 0.8, 0.7, 0.6], np.float32), ([2, 3, 0, 4], [0, 1, 3, 2])), shape=(6, 4)
-    )
+    M_hat = sp.csr_matrix((np.array([0.9, 0.8, 0.7, 0.6], np.float32), ([2, 3, 0, 4], [0, 1, 3, 2])), shape=(6, 4))
     assert mask_sets(negative_mask("man", Y, C, M_hat)) == [{2}, {3}, {4}, {0}]
     union = negative_mask("tfn+man", Y, C, M_hat)
     assert mask_sets(union) == [{0, 1, 2, 5}, {0, 3}, {2, 4, 5}, {0, 3, 4}]
@@ -160,20 +158,21 @@ def test_block_view_is_the_block_matrix(bias):
     Xf = with_bias(X, bias).toarray() if bias > 0 else X.toarray()
     r0 = c0 = 0
     for t in range(len(batch)):
-        rows = bd.rows[r0:r0 + bd.row_len[t]]
-        cols = bd.col_feature[c0:c0 + bd.col_len[t]]
+        rows = bd.rows[r0 : r0 + bd.row_len[t]]
+        cols = bd.col_feature[c0 : c0 + bd.col_len[t]]
         expected = np.zeros((len(rows), block.X.shape[1]), np.float32)
-        expected[:, c0:c0 + len(cols)] = Xf[np.ix_(rows, cols)]
-        np.testing.assert_array_equal(block.X[r0:r0 + len(rows)].toarray(), expected)
+        expected[:, c0 : c0 + len(cols)] = Xf[np.ix_(rows, cols)]
+        np.testing.assert_array_equal(block.X[r0 : r0 + len(rows)].toarray(), expected)
         np.testing.assert_array_equal(cols, np.flatnonzero(Xf[rows].any(0)))  # exactly the features present
         r0, c0 = r0 + len(rows), c0 + len(cols)
-    assert block.X.has_sorted_indices and np.all(np.diff(block.X.indices[block.X.indptr[0]:block.X.indptr[1]]) > 0)
+    assert block.X.has_sorted_indices and np.all(np.diff(block.X.indices[block.X.indptr[0] : block.X.indptr[1]]) > 0)
     view = Block.from_rows(X, bd, bias, 1.0, 1.0)
     own = Block.from_scipy(block.X, bd.row_len, bd.col_len, bd.Y)
     params = SolverParams(**TIGHT)
     shape = (len(bd.col_feature), bd.Y.shape[1])
-    np.testing.assert_allclose(dense_weights(solve_block(view, params), *shape),
-                               dense_weights(solve_block(own, params), *shape), atol=1e-5)  # sums in another order
+    np.testing.assert_allclose(
+        dense_weights(solve_block(view, params), *shape), dense_weights(solve_block(own, params), *shape), atol=1e-5
+    )  # sums in another order
     assert (X != X0).nnz == 0
 
 
@@ -223,14 +222,14 @@ def test_post_processors_on_known_numbers():
 
 def test_post_processors_combine_ranker_and_matcher_scores():
     r, m = np.array([0.3, -2.0], np.float32), np.array([1.5, 0.2], np.float32)
-    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    sig = lambda v: 1.0 / (1.0 + np.exp(-v))
 
     def combined(name: str, weight: float = 1.0) -> np.ndarray:
         return _combined(r, m, name, weight)
 
     np.testing.assert_allclose(combined("sigmoid"), sig(r) * sig(m), rtol=1e-6)
     np.testing.assert_allclose(combined("noop"), r)
-    h3 = lambda v: np.exp(-np.maximum(0, 1 - v) ** 3)  # noqa: E731
+    h3 = lambda v: np.exp(-(np.maximum(0, 1 - v) ** 3))
     np.testing.assert_allclose(combined("l3-hinge"), h3(r) * h3(m), rtol=1e-6)
     np.testing.assert_allclose(combined("l3-hinge", 0.0), h3(r), rtol=1e-6)  # matcher_weight 0: the ranker alone
     with pytest.raises(RankerError, match="post_processor"):
@@ -245,13 +244,17 @@ def _combined(r: np.ndarray, m: np.ndarray, name: str, matcher_weight: float = 1
 
 def test_matcher_weight_on_known_numbers():
     r, m = np.array([0.3, -2.0], np.float32), np.array([1.5, 0.2], np.float32)
-    h1 = lambda v: np.exp(-np.maximum(0, 1 - v))  # noqa: E731
+    h1 = lambda v: np.exp(-np.maximum(0, 1 - v))
     combine_scores = _combined
     np.testing.assert_allclose(combine_scores(r, m, "l1-hinge", matcher_weight=0.5), h1(r) * h1(m) ** 0.5, rtol=1e-6)
     np.testing.assert_allclose(combine_scores(r, m, "l1-hinge", matcher_weight=0.0), h1(r), rtol=1e-6)
     # log- post-processors: w * log-transform of the matcher
-    np.testing.assert_allclose(combine_scores(r, m, "log-l1-hinge", matcher_weight=0.5),
-                               np.log(h1(r)) + 0.5 * np.log(h1(m)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        combine_scores(r, m, "log-l1-hinge", matcher_weight=0.5),
+        np.log(h1(r)) + 0.5 * np.log(h1(m)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     np.testing.assert_allclose(combine_scores(r, m, "noop", matcher_weight=0.5), r)
 
 
@@ -262,7 +265,7 @@ def brute_force(X, W, C, shortlist, post, k, matcher_weight=1.0):
     raw = with_bias(X, 1.0).toarray() @ W.toarray()
     parent = pp.transform(shortlist.toarray()) if pp.rule != "child" else shortlist.toarray()
     if pp.rule == "mul":
-        parent = parent ** matcher_weight
+        parent = parent**matcher_weight
     elif pp.rule == "add":
         parent = parent * matcher_weight
     cluster = C.tocsr().indices
@@ -275,8 +278,17 @@ def brute_force(X, W, C, shortlist, post, k, matcher_weight=1.0):
     return out
 
 
-@pytest.mark.parametrize("post,matcher_weight", [("l3-hinge", 1.0), ("sigmoid", 1.0), ("noop", 1.0),
-                                                 ("log-l2-hinge", 1.0), ("l3-hinge", 0.5), ("log-l2-hinge", 0.0)])
+@pytest.mark.parametrize(
+    "post,matcher_weight",
+    [
+        ("l3-hinge", 1.0),
+        ("sigmoid", 1.0),
+        ("noop", 1.0),
+        ("log-l2-hinge", 1.0),
+        ("l3-hinge", 0.5),
+        ("log-l2-hinge", 0.0),
+    ],
+)
 def test_predict_equals_dense_reference(post, matcher_weight):
     X, Y, C = random_problem(L=20, K=5, seed=2)
     cfg = RankerConfig(threshold=0.0, topk=4, matcher_weight=matcher_weight)
@@ -493,8 +505,7 @@ def test_solver_hands_back_the_kept_weights_only(loss):
     params = SolverParams(loss=loss, **TIGHT)
 
     def solve(threshold):
-        block = Block.from_rows(X, bd, 1.0, 1.0, 1.0,
-                                materialise=loss != "squared_hinge")
+        block = Block.from_rows(X, bd, 1.0, 1.0, 1.0, materialise=loss != "squared_hinge")
         return solve_block(block, params, threshold)
 
     full = solve(0.0)
@@ -538,8 +549,23 @@ def test_scoring_layout_from_rows_or_columns_scores_every_pair_exactly():
     csr from a model folder) scores each (document, cluster) pair as the dense product does,
     labels in two clusters included."""
     W = sp.random(31, 10, density=0.4, format="csc", dtype=np.float32, random_state=4)  # 30 features + bias
-    C = sp.csr_matrix(np.array([[1, 0, 0], [1, 0, 1], [0, 1, 0], [0, 1, 0], [0, 0, 1],
-                                [1, 0, 0], [0, 1, 1], [0, 0, 1], [1, 0, 0], [0, 1, 0]], np.float32))
+    C = sp.csr_matrix(
+        np.array(
+            [
+                [1, 0, 0],
+                [1, 0, 1],
+                [0, 1, 0],
+                [0, 1, 0],
+                [0, 0, 1],
+                [1, 0, 0],
+                [0, 1, 1],
+                [0, 0, 1],
+                [1, 0, 0],
+                [0, 1, 0],
+            ],
+            np.float32,
+        )
+    )
     X = sp.random(6, 30, density=0.3, format="csr", dtype=np.float32, random_state=5)
     doc = np.repeat(np.arange(6), 3)
     node = np.tile(np.arange(3), 6)

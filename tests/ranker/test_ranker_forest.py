@@ -81,8 +81,12 @@ def test_xrlinear_folder_with_a_forest_predicts_as_the_forest(reuters, tmp_path)
 
     _, ds = reuters
     train = ds.splits["train"]
-    model = XRLinear.fit(train.texts, train.Y, label_ids=ds.vocab.ids,
-                         xrlinear={"indexing": {"max_leaf_size": 8}, "nr_splits": 4, "n_trees": 2, "model": {"threads": 1}})
+    model = XRLinear.fit(
+        train.texts,
+        train.Y,
+        label_ids=ds.vocab.ids,
+        xrlinear={"indexing": {"max_leaf_size": 8}, "nr_splits": 4, "n_trees": 2, "model": {"threads": 1}},
+    )
     assert isinstance(model.model, LinearForest)
     model.save(tmp_path / "xrlinear")
     loaded = XMCModel.load(tmp_path / "xrlinear")

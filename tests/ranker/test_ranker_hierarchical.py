@@ -5,10 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from model_helpers import with_bias
 
 from xtransformer.indexing import ClusterChain
-from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, RankerError, get_post_processor, level_targets
-from model_helpers import with_bias
+from xtransformer.ranker import (
+    HierarchicalLinear,
+    HierarchicalLinearConfig,
+    RankerError,
+    get_post_processor,
+    level_targets,
+)
 from xtransformer.ranker.negatives import binarize
 from xtransformer.topk import Candidates
 
@@ -22,7 +28,7 @@ def problem(n=300, f=50, L=24, seed=0):
     X = sp.random(n, f, density=0.2, format="csr", dtype=np.float32, random_state=seed)
     X = sp.csr_matrix(X.multiply(1.0 / np.maximum(sp.linalg.norm(X, axis=1), 1e-9)[:, None]), dtype=np.float32)
     S = X @ rng.standard_normal((f, L))
-    Y = sp.csr_matrix((S > np.quantile(S, 0.8, axis=0)).astype(np.float32))
+    Y = sp.csr_matrix((np.quantile(S, 0.8, axis=0) < S).astype(np.float32))
     chain = [sp.csr_matrix(np.ones((2, 1), np.float32)), onehot(np.arange(6) % 2, 2), onehot(np.arange(L) % 6, 6)]
     return X, Y, chain
 

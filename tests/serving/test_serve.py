@@ -20,9 +20,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from model_helpers import save_toy_xrlinear
 from serve_helpers import HOST, start
+
 from xtransformer.model import XMCModel
 from xtransformer.serve import MicroBatcher, QueueFull, RequestTimeout, key_matches, read_api_keys
 
@@ -35,8 +35,9 @@ def toy(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(toy):
-    served = start(toy["folder"], "--max-texts", "8", "--max-text-chars", "2000", "--max-k", "10",
-                   "--max-body-bytes", "100000")
+    served = start(
+        toy["folder"], "--max-texts", "8", "--max-text-chars", "2000", "--max-k", "10", "--max-body-bytes", "100000"
+    )
     try:
         yield {"base": served.base, "model": toy["model"], "texts": toy["texts"], "served": served}
     finally:
@@ -48,8 +49,11 @@ def test_predict_health_labels_docs(server):
     r = httpx.post(f"{base}/predict", json={"texts": texts[:3], "k": 4}, timeout=30)
     assert r.status_code == 200, r.text
     assert r.json()["predictions"] == model.predict(texts[:3], k=4)
-    assert httpx.post(f"{base}/predict", json={"texts": ["", texts[0]]}, timeout=30).json()["predictions"][0] == \
-        {"labels": [], "names": [], "scores": []}
+    assert httpx.post(f"{base}/predict", json={"texts": ["", texts[0]]}, timeout=30).json()["predictions"][0] == {
+        "labels": [],
+        "names": [],
+        "scores": [],
+    }
     health = httpx.get(f"{base}/health", timeout=10).json()
     assert health["status"] == "ok" and health["method"] == "xrlinear" and health["n_labels"] == model.n_labels
     assert health["limits"]["max_k"] == 10 and health["auth"] is False
@@ -67,27 +71,30 @@ def test_starts_on_loopback_and_says_so(server):
 
 def test_concurrent_requests_answered_each_with_its_own_rows(server):
     base, model, texts = server["base"], server["model"], server["texts"]
-    jobs = [(texts[i:i + 2], 1 + i % 5) for i in range(24)]
+    jobs = [(texts[i : i + 2], 1 + i % 5) for i in range(24)]
     with httpx.Client(timeout=60) as client, ThreadPoolExecutor(12) as pool:
         replies = list(pool.map(lambda job: client.post(f"{base}/predict", json={"texts": job[0], "k": job[1]}), jobs))
     for (batch, k), reply in zip(jobs, replies):
         assert reply.status_code == 200 and reply.json()["predictions"] == model.predict(batch, k=k)
 
 
-@pytest.mark.parametrize("body, status, words, field", [
-    ('{"texts": ["a", "b"', 400, "malformed JSON", "body"),
-    ('{"texts": "not a list"}', 422, "texts", "texts"),
-    ('{"texts": ["a", 3]}', 422, "texts[1]: Input should be a valid string", "texts[1]"),
-    ('{"k": 3}', 422, "texts: Field required", "texts"),
-    ('{"texts": ["a"], "beam_size": 3}', 422, "beam_size: Extra inputs are not permitted", "beam_size"),
-    ('[1, 2]', 422, "body", "body"),
-    (json.dumps({"texts": ["x"] * 9}), 413, "limit is 8", "texts"),
-    (json.dumps({"texts": ["x" * 2001]}), 413, "texts[0] has 2001 characters", "texts[0]"),
-    (json.dumps({"texts": ["x"], "k": 11}), 422, "k must be between 1 and 10", "k"),
-    (json.dumps({"texts": ["x"], "k": 0}), 422, "k must be", "k"),
-    (json.dumps({"texts": ["x"], "k": "five"}), 422, "k: Input should be a valid integer", "k"),
-    (json.dumps({"texts": ["x" * 1000] * 8, "pad": "y" * 100000}), 413, "exceeds the limit of 100000", "body"),
-])
+@pytest.mark.parametrize(
+    "body, status, words, field",
+    [
+        ('{"texts": ["a", "b"', 400, "malformed JSON", "body"),
+        ('{"texts": "not a list"}', 422, "texts", "texts"),
+        ('{"texts": ["a", 3]}', 422, "texts[1]: Input should be a valid string", "texts[1]"),
+        ('{"k": 3}', 422, "texts: Field required", "texts"),
+        ('{"texts": ["a"], "beam_size": 3}', 422, "beam_size: Extra inputs are not permitted", "beam_size"),
+        ("[1, 2]", 422, "body", "body"),
+        (json.dumps({"texts": ["x"] * 9}), 413, "limit is 8", "texts"),
+        (json.dumps({"texts": ["x" * 2001]}), 413, "texts[0] has 2001 characters", "texts[0]"),
+        (json.dumps({"texts": ["x"], "k": 11}), 422, "k must be between 1 and 10", "k"),
+        (json.dumps({"texts": ["x"], "k": 0}), 422, "k must be", "k"),
+        (json.dumps({"texts": ["x"], "k": "five"}), 422, "k: Input should be a valid integer", "k"),
+        (json.dumps({"texts": ["x" * 1000] * 8, "pad": "y" * 100000}), 413, "exceeds the limit of 100000", "body"),
+    ],
+)
 def test_bad_requests_get_4xx_with_a_message_and_serving_goes_on(server, body, status, words, field):
     base = server["base"]
     r = httpx.post(f"{base}/predict", content=body, headers={"content-type": "application/json"}, timeout=30)
@@ -113,13 +120,19 @@ def test_streamed_body_over_the_limit_and_wrong_content_type(server):
 
 
 def test_lone_surrogates_are_answered_not_crashed_on(server):
-    r = httpx.post(f"{server['base']}/predict", content=b'{"texts": ["oil \\ud800 prices"]}',
-                   headers={"content-type": "application/json"}, timeout=30)
+    r = httpx.post(
+        f"{server['base']}/predict",
+        content=b'{"texts": ["oil \\ud800 prices"]}',
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
     assert r.status_code == 200 and len(r.json()["predictions"]) == 1
 
 
-METRIC_LINE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"'
-                         r'(,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")*\})? -?[0-9.e+-]+$|^.* (\+Inf|NaN)$')
+METRIC_LINE = re.compile(
+    r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"'
+    r'(,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")*\})? -?[0-9.e+-]+$|^.* (\+Inf|NaN)$'
+)
 
 
 def _metrics(base: str) -> dict[str, float]:
@@ -149,7 +162,9 @@ def test_ready_and_prometheus_metrics(server):
     assert after["xmc_batch_texts_count"] - before["xmc_batch_texts_count"] == 2
     assert after['xmc_batch_texts_bucket{le="+Inf"}'] == after["xmc_batch_texts_count"]
     buckets = [v for k, v in after.items() if k.startswith('xmc_http_request_duration_seconds_bucket{path="/predict"')]
-    assert buckets == sorted(buckets) and buckets[-1] == after['xmc_http_request_duration_seconds_count{path="/predict"}']
+    assert (
+        buckets == sorted(buckets) and buckets[-1] == after['xmc_http_request_duration_seconds_count{path="/predict"}']
+    )
     assert after["xmc_queue_texts"] == 0 and after["xmc_queue_limit_texts"] == 4096 and after["xmc_ready"] == 1
     assert after["process_resident_memory_bytes"] > 0
     assert httpx.get(f"{base}/metrics", timeout=10).headers["content-type"].startswith("text/plain; version=0.0.4")
@@ -177,8 +192,13 @@ def keyed(toy, tmp_path_factory):
 
 def test_api_keys_wrong_or_missing_401_right_200(keyed):
     base, body = keyed.base, {"texts": ["oil prices"], "k": 2}
-    for headers in ({}, {"Authorization": "Bearer wrong-key"}, {"Authorization": "Bearer first-key-012345678"},
-                    {"Authorization": "first-key-0123456789"}, {"Authorization": "Basic Zmlyc3Qta2V5"}):
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong-key"},
+        {"Authorization": "Bearer first-key-012345678"},
+        {"Authorization": "first-key-0123456789"},
+        {"Authorization": "Basic Zmlyc3Qta2V5"},
+    ):
         r = httpx.post(f"{base}/predict", json=body, headers=headers, timeout=30)
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (headers, r.text)
         assert r.json()["field"] == "Authorization" and "\n" not in r.json()["error"]
@@ -201,8 +221,21 @@ def test_key_comparison_and_key_file_errors(tmp_path):
     for text, words in (("\n# only a comment\n", "no keys"), ("a b\n", "whitespace")):
         with pytest.raises(ValueError, match=words):
             read_api_keys(_write(tmp_path / "bad", text))
-    res = subprocess.run([sys.executable, "-m", "xtransformer", "serve", "--model", str(tmp_path),
-                          "--api-key-file", str(tmp_path / "missing.txt")], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xtransformer",
+            "serve",
+            "--model",
+            str(tmp_path),
+            "--api-key-file",
+            str(tmp_path / "missing.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "--api-key-file" in res.stderr
     assert "Traceback" not in res.stderr
 
@@ -378,16 +411,20 @@ def test_worker_processes_answer_as_the_model_and_a_dead_worker_fails_health(toy
     model, texts = toy["model"], toy["texts"]
     served = start(toy["folder"], "--workers", "2")
     try:
-        jobs = [(texts[i:i + 3], 1 + i % 4) for i in range(16)]
+        jobs = [(texts[i : i + 3], 1 + i % 4) for i in range(16)]
         with httpx.Client(timeout=60) as client, ThreadPoolExecutor(8) as pool:
-            replies = list(pool.map(lambda job: client.post(f"{served.base}/predict",
-                                                            json={"texts": job[0], "k": job[1]}), jobs))
+            replies = list(
+                pool.map(lambda job: client.post(f"{served.base}/predict", json={"texts": job[0], "k": job[1]}), jobs)
+            )
         for (batch, k), reply in zip(jobs, replies):
             assert reply.status_code == 200 and reply.json()["predictions"] == model.predict(batch, k=k)
         assert _metrics(served.base)["xmc_workers"] == 2
         assert httpx.get(f"{served.base}/health", timeout=10).json()["workers"] == 2
-        children = [int(c) for task in Path(f"/proc/{served.proc.pid}/task").iterdir()
-                    for c in (task / "children").read_text().split()]
+        children = [
+            int(c)
+            for task in Path(f"/proc/{served.proc.pid}/task").iterdir()
+            for c in (task / "children").read_text().split()
+        ]
         assert len(children) == 2
         for pid in children:
             os.kill(pid, signal.SIGKILL)

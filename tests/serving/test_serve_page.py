@@ -16,17 +16,29 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from model_helpers import save_toy_xrlinear
 from serve_helpers import HOST, free_port, start
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian's chromium and chromium-driver "
-                                "(apt-get install -y chromium chromium-driver; .ci/run installs them)")
-ARTIFACTS = Path(os.environ.get("XMC_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "outputs" / "test-artifacts"))
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1000,900"]
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and DRIVER),
+    reason="needs Debian's chromium and chromium-driver "
+    "(apt-get install -y chromium chromium-driver; .ci/run installs them)",
+)
+ARTIFACTS = Path(
+    os.environ.get("XMC_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "outputs" / "test-artifacts")
+)
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1000,900",
+]
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C key of an element reference
 
 
@@ -35,8 +47,11 @@ class Browser:
 
     def __init__(self, profile: Path):
         self.port = free_port()
-        self.driver = subprocess.Popen([DRIVER, f"--port={self.port}", "--allowed-ips=127.0.0.1"],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.driver = subprocess.Popen(
+            [DRIVER, f"--port={self.port}", "--allowed-ips=127.0.0.1"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.http = httpx.Client(base_url=f"http://{HOST}:{self.port}", timeout=60)
         for _ in range(200):  # bounded: ~20 s for the driver to listen
             try:
@@ -44,8 +59,14 @@ class Browser:
                     break
             except (httpx.TransportError, ValueError, KeyError):
                 time.sleep(0.1)
-        caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
-            "binary": CHROMIUM, "args": [*FLAGS, f"--user-data-dir={profile}"]}}}}
+        caps = {
+            "capabilities": {
+                "alwaysMatch": {
+                    "browserName": "chrome",
+                    "goog:chromeOptions": {"binary": CHROMIUM, "args": [*FLAGS, f"--user-data-dir={profile}"]},
+                }
+            }
+        }
         self.session = self.call("POST", "/session", caps)["sessionId"]
 
     def call(self, method: str, path: str, body: dict | None = None):
@@ -96,9 +117,11 @@ def test_page_in_headless_chromium_shows_the_labels(tmp_path):
         browser.s("POST", f"/element/{browser.find('#go')}/click")
         shown = []
         for _ in range(100):  # bounded: ~10 s for the labels to appear
-            shown = browser.script("return Array.from(document.querySelectorAll('#labels li')).map(li => "
-                                   "[li.querySelector('.name').firstChild.textContent, li.querySelector('.id').textContent, "
-                                   "li.querySelector('.fill').style.width, li.querySelector('.score').textContent]);")
+            shown = browser.script(
+                "return Array.from(document.querySelectorAll('#labels li')).map(li => "
+                "[li.querySelector('.name').firstChild.textContent, li.querySelector('.id').textContent, "
+                "li.querySelector('.fill').style.width, li.querySelector('.score').textContent]);"
+            )
             if shown:
                 break
             time.sleep(0.1)

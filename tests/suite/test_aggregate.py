@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from run_helpers import write_ensemble, write_run
 
 from xtransformer.suite.aggregate import aggregate, main, mean_std
 from xtransformer.suite.paper_rows import table5_row
 from xtransformer.suite.report import to_csv, to_markdown, write_report
 from xtransformer.suite.runs import AggregateError, AggregateWarning, collect_runs, scan_runs
-
-from run_helpers import write_ensemble, write_run  # noqa: E402
 
 METRIC_NAMES = [f"{m}@{k}" for m in ("P", "R", "nDCG", "PSP") for k in range(1, 6)]
 
@@ -32,11 +31,11 @@ def sweep(tmp_path: Path) -> Path:
     root.mkdir()
     (root / "multirun.yaml").write_text("hydra: {}\n")
     jobs = [
-        dict(seed=0, p1=80.0, features="tfidf", negatives="tfn"),
-        dict(seed=1, p1=82.0, features="tfidf", negatives="tfn"),
-        dict(seed=2, p1=84.0, features="tfidf", negatives="tfn"),
-        dict(seed=0, p1=70.0, matcher="tiny_bert"),
-        dict(seed=1, p1=71.0, matcher="tiny_bert"),
+        {"seed": 0, "p1": 80.0, "features": "tfidf", "negatives": "tfn"},
+        {"seed": 1, "p1": 82.0, "features": "tfidf", "negatives": "tfn"},
+        {"seed": 2, "p1": 84.0, "features": "tfidf", "negatives": "tfn"},
+        {"seed": 0, "p1": 70.0, "matcher": "tiny_bert"},
+        {"seed": 1, "p1": 71.0, "matcher": "tiny_bert"},
     ]
     for num, job in enumerate(jobs):
         write_run(root / str(num), **job)
@@ -56,15 +55,31 @@ def test_collect_runs_rows_and_skips(sweep: Path) -> None:
     assert len(rows) == 6
     runs = [r for r in rows if r["method"] == "xtransformer"]
     assert sorted((r["matcher"], r["seed"]) for r in runs) == [
-        ("bert", 0), ("bert", 1), ("bert", 2), ("tiny_bert", 0), ("tiny_bert", 1)]
+        ("bert", 0),
+        ("bert", 1),
+        ("bert", 2),
+        ("tiny_bert", 0),
+        ("tiny_bert", 1),
+    ]
     first = next(r for r in runs if r["run_dir"] == str((sweep / "0").resolve()))
     assert first["dataset"] == "eurlex57k" and first["eval_split"] == "test"
     assert (first["indexing"], first["ranker_features"], first["negatives"]) == ("pifa_tfidf", "tfidf", "tfn")
     assert first["metrics"]["P@1"] == 80.0 and first["metrics"]["n_docs"] == 300.0
     # seed, paths, dirs, logger, time stamps and leaves that follow from the descriptor
     # (ranker.name, matcher.model_name_or_path) are not configuration keys
-    assert set(first) == {"dataset", "method", "eval_split", "indexing", "matcher", "ranker_features",
-                          "negatives", "ensemble_method", "seed", "run_dir", "metrics"}
+    assert set(first) == {
+        "dataset",
+        "method",
+        "eval_split",
+        "indexing",
+        "matcher",
+        "ranker_features",
+        "negatives",
+        "ensemble_method",
+        "seed",
+        "run_dir",
+        "metrics",
+    }
     scan = scan_runs([sweep])
     assert sorted(p.name for p, _ in scan.skipped) == ["5", "6"]
     assert any("unreadable" in why for _, why in scan.skipped)
@@ -149,13 +164,13 @@ def test_repeated_seed_warns(tmp_path: Path) -> None:
 def table5_grid(root: Path, seeds: tuple[int, ...] = (0, 1)) -> list[Path]:
     """All of Table 5 with our model-name variants, jobs in shuffled order; returns the folders to scan."""
     singles = {  # paper row -> run settings
-        4: dict(matcher="xlnet_base_cased"),
-        0: dict(matcher="tiny_bert", features="tfidf", negatives="tfn"),
-        6: dict(indexing="text_emb", matcher="tiny_xlnet"),
-        2: dict(matcher="bert_base"),
-        5: dict(indexing="pifa-neural", matcher="xlnet"),
-        1: dict(matcher="bert", features="tfidf_neural", negatives="tfn"),
-        3: dict(matcher="roberta_large"),
+        4: {"matcher": "xlnet_base_cased"},
+        0: {"matcher": "tiny_bert", "features": "tfidf", "negatives": "tfn"},
+        6: {"indexing": "text_emb", "matcher": "tiny_xlnet"},
+        2: {"matcher": "bert_base"},
+        5: {"indexing": "pifa-neural", "matcher": "xlnet"},
+        1: {"matcher": "bert", "features": "tfidf_neural", "negatives": "tfn"},
+        3: {"matcher": "roberta_large"},
     }
     job = 0
     for seed in seeds:
@@ -164,8 +179,9 @@ def table5_grid(root: Path, seeds: tuple[int, ...] = (0, 1)) -> list[Path]:
             runs[paper_id] = write_run(root / "sweep" / str(job), seed=seed, p1=60.0 + paper_id + seed, **settings)
             job += 1
         for fam in ("bert", "roberta"):  # members of row 8, not collected themselves
-            runs[fam] = write_run(root / "members" / f"{fam}-{seed}", seed=seed, p1=61.0, indexing="pifa_neural",
-                                  matcher=fam)
+            runs[fam] = write_run(
+                root / "members" / f"{fam}-{seed}", seed=seed, p1=61.0, indexing="pifa_neural", matcher=fam
+            )
         ensembles = {9: [2, 3, 4, 5, 6], 7: [4, 5, 6], 8: ["bert", "roberta", 5]}
         for paper_id, members in ensembles.items():
             write_ensemble(root / "ens" / f"{paper_id}-{seed}", [runs[m] for m in members], p1=70.0 + paper_id)
@@ -189,15 +205,22 @@ def test_table5_grid_gets_paper_ids(tmp_path: Path) -> None:
 
 
 def test_table5_row_matching_is_tolerant() -> None:
-    base = dict(method="xtransformer", indexing="pifa_tfidf", ranker_features="tfidf+neural", negatives="tfn+man")
+    base = {
+        "method": "xtransformer",
+        "indexing": "pifa_tfidf",
+        "ranker_features": "tfidf+neural",
+        "negatives": "tfn+man",
+    }
     assert table5_row({**base, "matcher": "BERT-base-cased"}) == 2
     assert table5_row({**base, "matcher": "minilm"}) == 2
     assert table5_row({**base, "matcher": "tiny_roberta"}) == 3
     assert table5_row({**base, "matcher": "xlnet", "negatives": "TFN + MAN"}) == 4
     assert table5_row({**base, "matcher": "mpnet"}) is None
     assert table5_row({**base, "matcher": "bert", "method": "xrlinear"}) is None
-    assert table5_row({**base, "matcher": "bert,roberta,xlnet", "indexing": "pifa_tfidf,text_emb",
-                       "method": "ensemble"}) == 9
+    assert (
+        table5_row({**base, "matcher": "bert,roberta,xlnet", "indexing": "pifa_tfidf,text_emb", "method": "ensemble"})
+        == 9
+    )
     assert table5_row({**base, "matcher": None}) is None
 
 
@@ -209,7 +232,11 @@ def test_colliding_configs_are_numbered_sequentially(tmp_path: Path) -> None:
     write_run(tmp_path / "3", seed=0, p1=83.0, matcher="mpnet", dataset="aaa")
     agg = aggregate(collect_runs([tmp_path]))
     assert [(r["dataset"], r["config_id"], r["paper_row"]) for r in agg] == [
-        ("aaa", 0, None), ("eurlex57k", 0, 0), ("eurlex57k", 1, 2), ("eurlex57k", 2, 2)]
+        ("aaa", 0, None),
+        ("eurlex57k", 0, 0),
+        ("eurlex57k", 1, 2),
+        ("eurlex57k", 2, 2),
+    ]
     assert [r["matcher"] for r in agg[2:]] == ["minilm", "tiny_bert"]
 
 
@@ -262,8 +289,21 @@ def test_cli_errors(tmp_path: Path, sweep: Path, capsys: pytest.CaptureFixture[s
 
 def test_module_entry_point(sweep: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "xtransformer.suite.aggregate",
-                           str(sweep), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error::RuntimeWarning",
+            "-m",
+            "xtransformer.suite.aggregate",
+            str(sweep),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("| Dataset | Config. ID |")
     assert (out / "results_p_at_k.png").is_file()

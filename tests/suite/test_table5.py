@@ -11,8 +11,8 @@ import pytest
 import scipy.sparse as sp
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
-
 from run_helpers import write_run
+
 from xtransformer.ensemble import ensemble_predictions
 from xtransformer.metrics import evaluate
 from xtransformer.suite.table5 import FinishTable5, build_ensembles
@@ -44,8 +44,16 @@ def fake_sweep(root: Path, seeds=(0, 1)) -> dict[tuple[str, int], Path]:
     runs = {}
     for seed in seeds:
         for num, (row, (indexing, matcher, features, negatives)) in enumerate(GRID.items()):
-            folder = write_run(root / f"{seed}_{num}", seed=seed, p1=50.0, indexing=indexing, matcher=f"tiny_{matcher}",
-                               features=features, negatives=negatives, dataset="reuters21578")
+            folder = write_run(
+                root / f"{seed}_{num}",
+                seed=seed,
+                p1=50.0,
+                indexing=indexing,
+                matcher=f"tiny_{matcher}",
+                features=features,
+                negatives=negatives,
+                dataset="reuters21578",
+            )
             doc = json.loads((folder / "metrics.json").read_text())
             doc["config"]["table5_id"] = row
             (folder / "metrics.json").write_text(json.dumps(doc))

@@ -66,8 +66,10 @@ class DataConfig(Settings):
         if self.max_docs is not None and self.max_docs < 1:
             raise self.bad("max_docs", "must be null (all documents) or an int >= 1")
         if self.path == "???":  # data=custom's mandatory value, left unset
-            raise DataError("data.path is not set: data=custom needs data.path=/path/to/your/folder "
-                            "(the layout is in configs/data/custom.yaml)")
+            raise DataError(
+                "data.path is not set: data=custom needs data.path=/path/to/your/folder "
+                "(the layout is in configs/data/custom.yaml)"
+            )
 
 
 @dataclass
@@ -105,8 +107,11 @@ class XMCDataset:
     def require_texts(self, why: str) -> None:
         """Fail with one line when a method that reads documents gets feature-only data."""
         if not self.has_texts:
-            raise DataError(f"{why} needs the documents' texts, but this dataset has features only "
-                            "(XC sparse or npz files, no *_texts.txt): use method=xrlinear", self.root)
+            raise DataError(
+                f"{why} needs the documents' texts, but this dataset has features only "
+                "(XC sparse or npz files, no *_texts.txt): use method=xrlinear",
+                self.root,
+            )
 
     def unseen_labels(self, split: str | None = None) -> dict[str, Any]:
         """Labels of ``split`` (default: the eval split) that no training document has.
@@ -161,9 +166,15 @@ def warn_unseen_labels(ds: XMCDataset) -> dict[str, Any]:
     ``metrics.json``): otherwise a test set of new labels just looks like a model that failed."""
     found = ds.unseen_labels()
     if found["labels"]:
-        log.warning("%d labels of the %s split (%d of its %d documents; %d have no other label) occur in no "
-                    "training document: no method can predict them, so P@k and R@k stay below 100",
-                    found["labels"], found["split"], found["docs"], found["n_docs"], found["docs_only_unseen"])
+        log.warning(
+            "%d labels of the %s split (%d of its %d documents; %d have no other label) occur in no "
+            "training document: no method can predict them, so P@k and R@k stay below 100",
+            found["labels"],
+            found["split"],
+            found["docs"],
+            found["n_docs"],
+            found["docs_only_unseen"],
+        )
     return found
 
 
@@ -202,7 +213,7 @@ def _unpack(archives: list[Path], name: str, cache_dir: str | Path | None) -> Pa
             except (tarfile.TarError, OSError) as err:
                 raise DataError(f"cannot unpack archive: {err}", archive) from None
         # archives that wrap their files in one top folder: flatten it
-        entries = [p for p in tmp.iterdir()]
+        entries = list(tmp.iterdir())
         if len(entries) == 1 and entries[0].is_dir():
             for p in entries[0].iterdir():
                 p.rename(tmp / p.name)
@@ -294,8 +305,10 @@ def _load_text(folder: Path, cfg: DataConfig):
         else:
             ids[s] = [str(i) for i in range(len(texts[s]))]
     map_path = folder / "label_map.txt"
-    vocab = read_label_map(map_path) if map_path.is_file() else LabelVocab.from_labels(
-        label for s in present for label in labels[s]
+    vocab = (
+        read_label_map(map_path)
+        if map_path.is_file()
+        else LabelVocab.from_labels(label for s in present for label in labels[s])
     )
     splits = {
         s: Split(
@@ -386,9 +399,7 @@ def _carve_dev(splits: dict[str, Split], cfg: DataConfig) -> dict[str, Split]:
     n = len(train)
     n_dev = int(round(n * cfg.dev_fraction))
     if n_dev < 1 or n_dev >= n:
-        raise DataError(
-            f"data.dev_fraction={cfg.dev_fraction} leaves no dev or no train documents out of {n}"
-        )
+        raise DataError(f"data.dev_fraction={cfg.dev_fraction} leaves no dev or no train documents out of {n}")
     perm = np.random.default_rng(cfg.dev_seed).permutation(n)
     dev_idx, train_idx = np.sort(perm[:n_dev]), np.sort(perm[n_dev:])
 

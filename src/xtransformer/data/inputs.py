@@ -8,10 +8,11 @@ they came from: a dataset folder, a notebook, another program).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -42,13 +43,16 @@ class LabeledData:
         if self.features is not None and self.features.shape[0] != n:
             raise DataError(f"{self.features.shape[0]} feature rows but {n} label rows: they must align")
         if self.Y.shape[1] != len(self.label_ids) or len(self.label_names) != len(self.label_ids):
-            raise DataError(f"labels have {self.Y.shape[1]} columns, {len(self.label_ids)} label ids and "
-                            f"{len(self.label_names)} names: one of each per label")
+            raise DataError(
+                f"labels have {self.Y.shape[1]} columns, {len(self.label_ids)} label ids and "
+                f"{len(self.label_names)} names: one of each per label"
+            )
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def build(cls, inputs: Any, labels: Any, label_ids: Sequence[str] | None = None,
-              label_names: Sequence[str] | None = None) -> "LabeledData":
+    def build(
+        cls, inputs: Any, labels: Any, label_ids: Sequence[str] | None = None, label_names: Sequence[str] | None = None
+    ) -> LabeledData:
         """From texts (a list of strings) or feature rows (a sparse matrix), and labels as a sparse
         ``N x L`` matrix (column j is ``label_ids[j]``, default ``"j"``) or as one list of label ids
         per document (the label space is ``label_ids``, default the sorted ids seen)."""
@@ -60,13 +64,19 @@ class LabeledData:
         return cls(Y=Y, label_ids=ids, label_names=names, texts=texts, features=features)
 
     @classmethod
-    def from_split(cls, ds: Any, split: str) -> "LabeledData":
+    def from_split(cls, ds: Any, split: str) -> LabeledData:
         """One split of an :class:`~xtransformer.data.XMCDataset`."""
         part = ds.splits[split]
-        return cls(Y=part.Y, label_ids=list(ds.vocab.ids), label_names=list(ds.label_text), texts=part.texts,
-                   features=part.X, source=ds.root)
+        return cls(
+            Y=part.Y,
+            label_ids=list(ds.vocab.ids),
+            label_names=list(ds.label_text),
+            texts=part.texts,
+            features=part.X,
+            source=ds.root,
+        )
 
-    def like(self, inputs: Any, labels: Any) -> "LabeledData":
+    def like(self, inputs: Any, labels: Any) -> LabeledData:
         """Other documents in this label space (validation or evaluation data)."""
         if isinstance(inputs, LabeledData):
             if inputs.label_ids != self.label_ids:
@@ -85,8 +95,11 @@ class LabeledData:
     def require_texts(self, why: str) -> list[str]:
         """The texts, or one line saying that ``why`` needs them."""
         if self.texts is None:
-            raise DataError(f"{why} needs the documents' texts, but these data have feature rows only "
-                            "(XC sparse or npz files, no *_texts.txt): use method=xrlinear", self.source)
+            raise DataError(
+                f"{why} needs the documents' texts, but these data have feature rows only "
+                "(XC sparse or npz files, no *_texts.txt): use method=xrlinear",
+                self.source,
+            )
         return self.texts
 
     @cached_property
@@ -128,8 +141,9 @@ def _label_matrix(labels: Any, label_ids: Sequence[str] | None) -> tuple[sp.csr_
         ids = [str(i) for i in label_ids] if label_ids is not None else [str(j) for j in range(Y.shape[1])]
         return Y, ids
     if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
-        raise DataError(f"labels must be a sparse N x L matrix or one list of label ids per document, "
-                        f"got {type(labels).__name__}")
+        raise DataError(
+            f"labels must be a sparse N x L matrix or one list of label ids per document, got {type(labels).__name__}"
+        )
     lists = [[str(x) for x in ([row] if isinstance(row, str) else row)] for row in labels]
     vocab = LabelVocab(list(label_ids)) if label_ids is not None else LabelVocab.from_labels(lists)
     rows, cols = [], []

@@ -12,8 +12,8 @@ Every reader reports bad input as a ``DataError`` naming the file and the line.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -42,7 +42,7 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     except UnicodeDecodeError as err:
         line = raw.count(b"\n" if b"\n" in raw else b"\r", 0, err.start) + 1
         raise DataError(
-            f"undecodable bytes {raw[err.start:err.end]!r} (not UTF-8): {err.reason}", path, line
+            f"undecodable bytes {raw[err.start : err.end]!r} (not UTF-8): {err.reason}", path, line
         ) from None
     text = text.removeprefix("\ufeff")
     if not text:
@@ -138,13 +138,9 @@ def labels_to_csr(
     if (cols < 0).any():
         pos = int(np.flatnonzero(cols < 0)[0])
         line = int(np.searchsorted(np.cumsum(lengths), pos, side="right")) + 1
-        raise DataError(
-            f"label id {flat[pos]!r} is not in the label map (label_map.txt)", path, line
-        )
+        raise DataError(f"label id {flat[pos]!r} is not in the label map (label_map.txt)", path, line)
     indptr = np.concatenate([[0], np.cumsum(lengths)])
-    Y = sp.csr_matrix(
-        (np.ones(len(cols), dtype=np.float32), cols, indptr), shape=(len(rows), len(vocab))
-    )
+    Y = sp.csr_matrix((np.ones(len(cols), dtype=np.float32), cols, indptr), shape=(len(rows), len(vocab)))
     Y.sum_duplicates()
     Y.data[:] = 1.0  # a label repeated on one line is still one positive
     return Y

@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -148,7 +149,7 @@ class TfidfFeatures:
         self.n_features = int(n_features)
 
     @classmethod
-    def fit(cls, texts: Sequence[str], cfg: TfidfConfig) -> tuple["TfidfFeatures", sp.csr_matrix]:
+    def fit(cls, texts: Sequence[str], cfg: TfidfConfig) -> tuple[TfidfFeatures, sp.csr_matrix]:
         """Fit on ``texts``; returns the features and the texts' rows (sorted, l2-normalised)."""
         t0 = time.perf_counter()
         vec = _vectorizer(cfg)
@@ -172,8 +173,9 @@ class TfidfFeatures:
 
     def from_features(self, X: sp.spmatrix) -> sp.csr_matrix:
         if not sp.issparse(X) or X.ndim != 2 or X.shape[1] != self.n_features:
-            raise ModelError(f"features must be a sparse N x {self.n_features} matrix, got "
-                             f"{getattr(X, 'shape', type(X).__name__)}")
+            raise ModelError(
+                f"features must be a sparse N x {self.n_features} matrix, got {getattr(X, 'shape', type(X).__name__)}"
+            )
         if self.vectorizer is not None:
             return sp.csr_matrix(X, dtype=np.float32)  # already this model's TF-IDF rows
         return normalize(X.astype(np.float32), norm="l2", copy=True).tocsr()
@@ -188,15 +190,22 @@ class TfidfFeatures:
             save_json({"input": "features", "n_features": self.n_features, "normalize": "l2"}, folder / SETTINGS)
             return
         with_lead = isinstance(vec, LeadTfidf)
-        record = {"input": "text", "n_features": self.n_features,
-                  **_save_vectorizer(vec.body if with_lead else vec, folder)}
+        record = {
+            "input": "text",
+            "n_features": self.n_features,
+            **_save_vectorizer(vec.body if with_lead else vec, folder),
+        }
         if with_lead:
-            record["lead"] = {"chars": vec.chars, "weight": vec.weight, "dir": LEAD_DIR,
-                              **_save_vectorizer(vec.lead, folder / LEAD_DIR)}
+            record["lead"] = {
+                "chars": vec.chars,
+                "weight": vec.weight,
+                "dir": LEAD_DIR,
+                **_save_vectorizer(vec.lead, folder / LEAD_DIR),
+            }
         save_json(record, folder / SETTINGS)
 
     @classmethod
-    def load(cls, folder: Path) -> "TfidfFeatures":
+    def load(cls, folder: Path) -> TfidfFeatures:
         record = load_record(folder, SETTINGS)
         vec = _load_vectorizer(folder, record) if record["input"] == "text" else None
         return cls(vec, int(record["n_features"]))
@@ -229,8 +238,9 @@ def tfidf_stage(cache: Any, data: Any, cfg: TfidfConfig, key: str) -> tuple[Tfid
     return TfidfFeatures.load(folder / "tfidf"), load_csr(folder / "X.train.npz")
 
 
-def tfidf_features(ds: Any, cfg: TfidfConfig | dict | None = None, cache_dir: str | Path | None = None,
-                   use_cache: bool = True) -> dict[str, sp.csr_matrix]:
+def tfidf_features(
+    ds: Any, cfg: TfidfConfig | dict | None = None, cache_dir: str | Path | None = None, use_cache: bool = True
+) -> dict[str, sp.csr_matrix]:
     """TF-IDF matrices (float32 csr, l2-normalised rows) of every split of a dataset: the vectoriser
     fit on train through the stage cache at ``cache_dir``, the other splits transformed with it."""
     from xtransformer.cache import StageCache
@@ -247,8 +257,11 @@ def tfidf_features(ds: Any, cfg: TfidfConfig | dict | None = None, cache_dir: st
     out = {"train": X}
     for name, split in ds.splits.items():
         if name != "train":
-            out[name] = (features.from_texts(split.texts, cfg.n_jobs) if split.texts is not None
-                         else features.from_features(split.X))
+            out[name] = (
+                features.from_texts(split.texts, cfg.n_jobs)
+                if split.texts is not None
+                else features.from_features(split.X)
+            )
     return out
 
 
@@ -269,9 +282,8 @@ def _save_vectorizer(vectorizer: Any, folder: Path) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_path(folder / VOCABULARY) as tmp:
         tmp.write_text(json.dumps(terms, ensure_ascii=False), encoding="utf-8")
-    with atomic_path(folder / IDF) as tmp:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, idf=np.asarray(vectorizer.idf_))
+    with atomic_path(folder / IDF) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, idf=np.asarray(vectorizer.idf_))
     return {"n_terms": len(terms), "dtype": np.dtype(params["dtype"]).name, "vectorizer": settings}
 
 
@@ -282,8 +294,9 @@ def _load_vectorizer(folder: Path, record: dict[str, Any]) -> Any:
         return body
     vec = LeadTfidf(body, _load_one(folder / lead["dir"], lead), lead["chars"], lead["weight"])
     if vec.n_features != int(record["n_features"]):
-        raise ModelError(f"{folder}: body and lead vocabularies hold {vec.n_features} terms, the record "
-                         f"says {record['n_features']}")
+        raise ModelError(
+            f"{folder}: body and lead vocabularies hold {vec.n_features} terms, the record says {record['n_features']}"
+        )
     return vec
 
 

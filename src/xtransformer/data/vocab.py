@@ -8,8 +8,8 @@ same columns; every artifact stores the vocabulary it was built with.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from xtransformer.data.errors import DataError
 from xtransformer.utils.io import atomic_path, settings_key
@@ -47,7 +47,7 @@ class LabelVocab:
         return settings_key(self.ids)
 
     @classmethod
-    def from_labels(cls, label_lists: Iterable[Iterable[str]]) -> "LabelVocab":
+    def from_labels(cls, label_lists: Iterable[Iterable[str]]) -> LabelVocab:
         return cls(sorted({label for labels in label_lists for label in labels}))
 
     def save(self, path: str | os.PathLike) -> None:
@@ -55,13 +55,13 @@ class LabelVocab:
             tmp.write_text("".join(f"{label}\n" for label in self.ids))
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "LabelVocab":
+    def load(cls, path: str | os.PathLike) -> LabelVocab:
         path = Path(path)
         if not path.is_file():
             raise DataError("label vocabulary file not found", path)
         return cls(path.read_text(encoding="utf-8").splitlines())
 
-    def check_same(self, other: "LabelVocab", what: str = "artifact") -> None:
+    def check_same(self, other: LabelVocab, what: str = "artifact") -> None:
         """Raise a clear error when an artifact was built with another label space."""
         diff = vocab_difference(other.ids, self.ids)
         if diff is not None:

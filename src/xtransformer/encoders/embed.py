@@ -6,9 +6,10 @@ import contextlib
 import dataclasses
 import json
 import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -188,7 +189,7 @@ def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarr
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     order = np.argsort(-np.asarray(lengths), kind="stable")
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 @dataclass(frozen=True)
@@ -204,8 +205,9 @@ class EmbedOptions:
     progress: bool = True
 
 
-def embed_texts(model: nn.Module, tokenizer: Any, texts: Sequence[str], options: EmbedOptions | None = None,
-                **overrides: Any) -> np.ndarray:
+def embed_texts(
+    model: nn.Module, tokenizer: Any, texts: Sequence[str], options: EmbedOptions | None = None, **overrides: Any
+) -> np.ndarray:
     """Dense ``N x H`` float32 embeddings of ``texts`` (e.g. ``text_emb`` / ``pifa_neural`` features);
     ``overrides``: fields of :class:`EmbedOptions` over ``options``."""
     opt = dataclasses.replace(options or EmbedOptions(), **overrides)
@@ -213,8 +215,9 @@ def embed_texts(model: nn.Module, tokenizer: Any, texts: Sequence[str], options:
     tokens = tokenize_texts(tokenizer, texts, opt.max_length, opt.truncate_chars, progress=False)
     out = np.zeros((len(tokens), model.config.hidden_size), dtype=np.float32)
     batches = ((rows, tokens.batch(rows)) for rows in length_sorted_batches(tokens.lengths, opt.batch_size))
-    for rows, emb, _ in encode_batches(model, batches, pooling, opt.precision, progress=opt.progress,
-                                       total=len(tokens), desc="embedding"):
+    for rows, emb, _ in encode_batches(
+        model, batches, pooling, opt.precision, progress=opt.progress, total=len(tokens), desc="embedding"
+    ):
         out[rows] = emb.numpy()
     return l2_normalize(out) if opt.normalize else out
 

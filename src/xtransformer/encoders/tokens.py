@@ -19,9 +19,10 @@ import json
 import logging
 import os
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,31 +73,37 @@ class TokenizedTexts:
             out["token_type_ids"] = torch.from_numpy(types)
         return out
 
-    def take(self, rows: np.ndarray) -> "TokenizedTexts":
+    def take(self, rows: np.ndarray) -> TokenizedTexts:
         """The texts of ``rows``, in that order (a sample to evaluate on)."""
         rows = np.asarray(rows, dtype=np.int64)
         starts = self.offsets[rows]
         lengths = self.offsets[rows + 1] - starts
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         src = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
-        return TokenizedTexts(ids=self.ids[src], offsets=offsets, pad_id=self.pad_id, left_pad=self.left_pad,
-                              type_ids=self.type_ids[src] if self.type_ids is not None else None)
+        return TokenizedTexts(
+            ids=self.ids[src],
+            offsets=offsets,
+            pad_id=self.pad_id,
+            left_pad=self.left_pad,
+            type_ids=self.type_ids[src] if self.type_ids is not None else None,
+        )
 
     def save(self, path: str | os.PathLike) -> None:
-        arrays = {"ids": self.ids, "offsets": self.offsets,
-                  "meta": np.array(json.dumps({"pad_id": self.pad_id, "left_pad": self.left_pad}))}
+        arrays = {
+            "ids": self.ids,
+            "offsets": self.offsets,
+            "meta": np.array(json.dumps({"pad_id": self.pad_id, "left_pad": self.left_pad})),
+        }
         if self.type_ids is not None:
             arrays["type_ids"] = self.type_ids
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as fh:
-                np.savez(fh, **arrays)
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "TokenizedTexts":
+    def load(cls, path: str | os.PathLike) -> TokenizedTexts:
         with np.load(path) as z:
             meta = json.loads(str(z["meta"]))
-            return cls(ids=z["ids"], offsets=z["offsets"], type_ids=z["type_ids"] if "type_ids" in z else None,
-                       **meta)
+            return cls(ids=z["ids"], offsets=z["offsets"], type_ids=z.get("type_ids", None), **meta)
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -109,8 +116,13 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
         body = json.dumps(state, sort_keys=True)
     else:
         body = json.dumps(sorted(tokenizer.get_vocab().items()))
-    extra = [type(tokenizer).__name__, tokenizer.padding_side, tokenizer.truncation_side,
-             str(tokenizer.pad_token_id), sorted(tokenizer.model_input_names)]
+    extra = [
+        type(tokenizer).__name__,
+        tokenizer.padding_side,
+        tokenizer.truncation_side,
+        str(tokenizer.pad_token_id),
+        sorted(tokenizer.model_input_names),
+    ]
     return hashlib.sha256((body + json.dumps(extra)).encode()).hexdigest()
 
 
@@ -146,15 +158,16 @@ def tokenize_texts(
     return tokens
 
 
-def _tokenize(tokenizer: Any, texts: Sequence[str], max_length: int, truncate_chars: int | None,
-              progress: bool) -> TokenizedTexts:
+def _tokenize(
+    tokenizer: Any, texts: Sequence[str], max_length: int, truncate_chars: int | None, progress: bool
+) -> TokenizedTexts:
     from tqdm.auto import tqdm
 
     id_chunks: list[list[list[int]]] = []
     type_chunks: list[list[list[int]]] = []
     with tqdm(total=len(texts), desc="tokenising", unit="doc", disable=not progress, leave=False) as bar:
         for start in range(0, len(texts), TOKENIZE_CHUNK):
-            chunk = texts[start:start + TOKENIZE_CHUNK]
+            chunk = texts[start : start + TOKENIZE_CHUNK]
             enc = first_tokens(tokenizer, chunk, max_length, truncate_chars)
             id_chunks.append(enc["input_ids"])
             if "token_type_ids" in enc:
@@ -166,15 +179,24 @@ def _tokenize(tokenizer: Any, texts: Sequence[str], max_length: int, truncate_ch
     ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32, count=int(offsets[-1]))
     type_ids = None
     if type_chunks:
-        flat = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(type_chunks)),
-                           dtype=np.int8, count=int(offsets[-1]))
+        flat = np.fromiter(
+            itertools.chain.from_iterable(itertools.chain.from_iterable(type_chunks)),
+            dtype=np.int8,
+            count=int(offsets[-1]),
+        )
         type_ids = flat if flat.any() else None  # all-zero segments equal the models' default
-    return TokenizedTexts(ids=ids, offsets=offsets, pad_id=int(tokenizer.pad_token_id),
-                          left_pad=tokenizer.padding_side == "left", type_ids=type_ids)
+    return TokenizedTexts(
+        ids=ids,
+        offsets=offsets,
+        pad_id=int(tokenizer.pad_token_id),
+        left_pad=tokenizer.padding_side == "left",
+        type_ids=type_ids,
+    )
 
 
-def first_tokens(tokenizer: Any, texts: Sequence[str], max_length: int,
-                 truncate_chars: int | None = None) -> dict[str, list[list[int]]]:
+def first_tokens(
+    tokenizer: Any, texts: Sequence[str], max_length: int, truncate_chars: int | None = None
+) -> dict[str, list[list[int]]]:
     """``input_ids`` (and ``token_type_ids`` when the tokenizer makes them) of each text's first
     ``max_length`` tokens, special tokens included. ``truncate_chars``: cut every text to that many
     characters first (the user's setting); None: the whole text counts."""
@@ -196,8 +218,14 @@ def first_tokens(tokenizer: Any, texts: Sequence[str], max_length: int,
 
 
 def _encode(tokenizer: Any, texts: list[str], max_length: int, offsets: bool = False) -> dict[str, list[list[int]]]:
-    enc = tokenizer(texts, truncation=True, max_length=int(max_length), padding=False, return_attention_mask=False,
-                    return_offsets_mapping=offsets)
+    enc = tokenizer(
+        texts,
+        truncation=True,
+        max_length=int(max_length),
+        padding=False,
+        return_attention_mask=False,
+        return_offsets_mapping=offsets,
+    )
     return {k: list(v) for k, v in enc.items()}
 
 

@@ -1,6 +1,8 @@
 """Semantic label indexing: label representations, hierarchical balanced k-means, ``ClusterChain``."""
 
+from xtransformer.indexing.build import build_index
 from xtransformer.indexing.chain import ClusterChain, codes_to_csr
+from xtransformer.indexing.config import IndexingConfig, check_copies_fit
 from xtransformer.indexing.disentangle import cluster_counts, learn_overlap, reassign
 from xtransformer.indexing.errors import IndexingError
 from xtransformer.indexing.kmeans import default_n_clusters, hierarchical_kmeans, resolve_n_clusters
@@ -14,8 +16,6 @@ from xtransformer.indexing.quality import (
     save_quality_plots,
 )
 from xtransformer.indexing.representations import EmbedFn, label_representation, parse_representation
-from xtransformer.indexing.build import build_index
-from xtransformer.indexing.config import IndexingConfig, check_copies_fit
 
 __all__ = [
     "ClusterChain",

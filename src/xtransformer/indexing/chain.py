@@ -114,7 +114,7 @@ class ClusterChain:
         return _compose(self._chain[i + 1 :])
 
     # ------------------------------------------------------------------ transforms
-    def subsample(self, branching: int) -> "ClusterChain":
+    def subsample(self, branching: int) -> ClusterChain:
         """A shallower chain with out-degree about ``branching``, keeping the leaf clusters.
 
         Walking up from the leaves, keep the deepest level with at most ``1/branching`` as many
@@ -148,7 +148,7 @@ class ClusterChain:
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
-    def from_codes(cls, codes: np.ndarray, n_clusters: int | None = None) -> "ClusterChain":
+    def from_codes(cls, codes: np.ndarray, n_clusters: int | None = None) -> ClusterChain:
         """A flat chain ``[K x 1, L x K]`` from a leaf cluster id per label."""
         codes = np.asarray(codes)
         if codes.ndim != 1 or codes.size == 0 or not np.issubdtype(codes.dtype, np.integer):
@@ -182,7 +182,7 @@ class ClusterChain:
             save_json(meta, tmp / CHAIN_META)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, vocab_ids: Sequence[str] | None = None) -> "ClusterChain":
+    def load(cls, path: str | os.PathLike, vocab_ids: Sequence[str] | None = None) -> ClusterChain:
         """Read a chain written by :meth:`save`; check its label vocabulary against ``vocab_ids``."""
         path = Path(path)
         if not is_complete(path):

@@ -54,7 +54,9 @@ class IndexingConfig(Settings):
         if self.max_leaf_size is not None and self.max_leaf_size < 1:
             raise self.bad("max_leaf_size", "must be an int >= 1 or null")
         if self.n_clusters is not None and self.max_leaf_size is not None:
-            raise self.bad("n_clusters", f"set at most one of {self._where()}.n_clusters and {self._where()}.max_leaf_size")
+            raise self.bad(
+                "n_clusters", f"set at most one of {self._where()}.n_clusters and {self._where()}.max_leaf_size"
+            )
 
     def training_settings(self) -> dict[str, Any]:
         """The settings that shape the tree, without the disentanglement fields other than
@@ -87,4 +89,6 @@ def check_copies_fit(cfg: IndexingConfig, n_labels: int, where: str = "indexing"
     """``n_copies`` against the number of leaf clusters, once the label count fixes it (``n_clusters: null``)."""
     k = resolve_n_clusters(n_labels, cfg.n_clusters, cfg.max_leaf_size)
     if cfg.n_copies > k:
-        raise IndexingError(f"{where}.n_copies={cfg.n_copies} is above the number of leaf clusters ({k} for {n_labels} labels)")
+        raise IndexingError(
+            f"{where}.n_copies={cfg.n_copies} is above the number of leaf clusters ({k} for {n_labels} labels)"
+        )

@@ -29,9 +29,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.indexing.chain import ClusterChain
+from xtransformer.indexing.config import IndexingConfig
 from xtransformer.indexing.errors import IndexingError
 from xtransformer.indexing.quality import overlap_summary
-from xtransformer.indexing.config import IndexingConfig
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
 from xtransformer.ranker.blocks import ranges
 from xtransformer.ranker.negatives import binarize

@@ -87,12 +87,17 @@ def resolve_n_clusters(n_labels: int, n_clusters: int | None, max_leaf_size: int
     return int(k)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _warn_clamped(k: int, n_labels: int) -> None:
     """Once per process: the run checks K up front and again in each stage that builds a tree."""
-    log.warning("n_clusters=%d is more than the %d labels: using %d clusters of one label each "
-                "(set indexing.n_clusters, or xrlinear.indexing.n_clusters, to at most %d to silence this)",
-                k, n_labels, n_labels, n_labels)
+    log.warning(
+        "n_clusters=%d is more than the %d labels: using %d clusters of one label each "
+        "(set indexing.n_clusters, or xrlinear.indexing.n_clusters, to at most %d to silence this)",
+        k,
+        n_labels,
+        n_labels,
+        n_labels,
+    )
 
 
 @dataclass(frozen=True)
@@ -218,8 +223,13 @@ def _split_level(run: _Splitting, perm: np.ndarray, parents: TreeLevel, children
     labels = perm[pos]
     t0 = time.perf_counter()
     assign, n_iter = split_level(X, labels, node_start, caps, seeds, run.max_iter, run.threads)
-    log.debug("level with %d splitting nodes, %d labels: at most %d iterations, %.2fs",
-              len(splitting), len(labels), int(n_iter.max()), time.perf_counter() - t0)
+    log.debug(
+        "level with %d splitting nodes, %d labels: at most %d iterations, %.2fs",
+        len(splitting),
+        len(labels),
+        int(n_iter.max()),
+        time.perf_counter() - t0,
+    )
     new_perm = perm.copy()
     new_perm[pos] = labels[children_order(node_start, assign, branching)]
     return new_perm

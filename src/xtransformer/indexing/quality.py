@@ -166,7 +166,9 @@ def save_quality_plots(out_dir: str | os.PathLike, Y: sp.spmatrix, chain: Cluste
         head = counts > HEAD_THRESHOLD
         top = np.maximum(counts, 0.5)  # log axis: draw zero counts at the floor
         ax.fill_between(rank, top, 0.5, where=head, color="tab:cyan", step="mid", label=f"> {HEAD_THRESHOLD} instances")
-        ax.fill_between(rank, top, 0.5, where=~head, color="tab:gray", step="mid", label=f"<= {HEAD_THRESHOLD} instances")
+        ax.fill_between(
+            rank, top, 0.5, where=~head, color="tab:gray", step="mid", label=f"<= {HEAD_THRESHOLD} instances"
+        )
         ax.set_yscale("log")
         ax.set_xlabel(f"{what} sorted by training instances")
         ax.set_ylabel("training instances")

@@ -88,21 +88,31 @@ class RepresentationOptions:
     threads: int | None = 1
 
 
-def label_representation(name: str, Y: sp.spmatrix, sources: LabelSources | None = None,
-                         options: RepresentationOptions | None = None,
-                         **fields: Any) -> tuple[sp.csr_matrix | np.ndarray, dict[str, Any]]:
+def label_representation(
+    name: str,
+    Y: sp.spmatrix,
+    sources: LabelSources | None = None,
+    options: RepresentationOptions | None = None,
+    **fields: Any,
+) -> tuple[sp.csr_matrix | np.ndarray, dict[str, Any]]:
     """Label features ``L x D`` with unit rows, and a report of what was done.
 
     ``name``: ``pifa_tfidf``, ``pifa_neural``, ``text_emb``, ``pifa_concat`` or a ``+`` combination;
     ``Y``: training labels ``N x L`` (csr); ``fields``: fields of :class:`LabelSources` or
     :class:`RepresentationOptions` over ``sources`` / ``options``.
     """
-    if not isinstance(sources, (LabelSources, type(None))) or not isinstance(options, (RepresentationOptions, type(None))):
-        raise IndexingError("label_representation(name, Y, sources, options): pass inputs by name (X_tfidf=..., "
-                            "doc_embeddings=...) or as LabelSources / RepresentationOptions")
+    if not isinstance(sources, (LabelSources, type(None))) or not isinstance(
+        options, (RepresentationOptions, type(None))
+    ):
+        raise IndexingError(
+            "label_representation(name, Y, sources, options): pass inputs by name (X_tfidf=..., "
+            "doc_embeddings=...) or as LabelSources / RepresentationOptions"
+        )
     src_names = {f.name for f in dataclasses.fields(LabelSources)}
     src = dataclasses.replace(sources or LabelSources(), **{k: v for k, v in fields.items() if k in src_names})
-    opt = dataclasses.replace(options or RepresentationOptions(), **{k: v for k, v in fields.items() if k not in src_names})
+    opt = dataclasses.replace(
+        options or RepresentationOptions(), **{k: v for k, v in fields.items() if k not in src_names}
+    )
     blocks = parse_representation(name)
     if opt.orphan_fallback not in ORPHAN_FALLBACKS:
         raise IndexingError(f"`orphan_fallback` must be one of {ORPHAN_FALLBACKS}, got {opt.orphan_fallback!r}")
@@ -113,22 +123,33 @@ def label_representation(name: str, Y: sp.spmatrix, sources: LabelSources | None
         "pifa_neural": lambda: _check_X(src.doc_embeddings, Y.shape[0], "doc_embeddings", sparse=False),
     }
     doc_feats = {b: inputs[b]() for b in blocks if b in _PIFA}
-    report: dict[str, Any] = {"name": name, "blocks": blocks, "n_labels": Y.shape[1],
-                              "normalize_y_rows": opt.normalize_y_rows}
+    report: dict[str, Any] = {
+        "name": name,
+        "blocks": blocks,
+        "n_labels": Y.shape[1],
+        "normalize_y_rows": opt.normalize_y_rows,
+    }
     feats = _blocks(Y, blocks, doc_feats, src, opt, report)
     report["dims"] = {b: int(feats[b].shape[1]) for b in blocks}
     return concat_blocks([feats[b] for b in blocks]), report
 
 
-def _blocks(Y: sp.csr_matrix, blocks: list[str], doc_feats: dict[str, Any], src: LabelSources,
-            opt: RepresentationOptions, report: dict[str, Any]) -> dict[str, sp.csr_matrix | np.ndarray]:
+def _blocks(
+    Y: sp.csr_matrix,
+    blocks: list[str],
+    doc_feats: dict[str, Any],
+    src: LabelSources,
+    opt: RepresentationOptions,
+    report: dict[str, Any],
+) -> dict[str, sp.csr_matrix | np.ndarray]:
     """Each block's label rows (PIFA rows of labels without positives from their fallback donors)."""
     n_labels = Y.shape[1]
     orphans = np.flatnonzero(np.diff(Y.tocsc().indptr) == 0)
     if doc_feats and len(orphans) == n_labels:
         raise IndexingError("`Y` has no positive label at all: PIFA is empty")
-    fallback = (_resolve_fallback(opt.orphan_fallback, src.label_texts, src.embed_fn)
-                if doc_feats and len(orphans) else "none")
+    fallback = (
+        _resolve_fallback(opt.orphan_fallback, src.label_texts, src.embed_fn) if doc_feats and len(orphans) else "none"
+    )
     text_feats: np.ndarray | None = None
     if "text_emb" in blocks or fallback == "text_neighbour":
         text_feats, text_report = text_embedding(n_labels, src.label_texts, src.embed_fn, src.label_ids)

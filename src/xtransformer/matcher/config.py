@@ -63,7 +63,9 @@ class MatcherConfig(Settings):
     checkpoint_every_n_steps: int = run_field(50)
     keep_checkpoints: bool = run_field(True)
     num_workers: int = run_field(0)
-    cache_dir: str | None = run_field(None)  # tokenisation / model cache; None: the project cache ($XMC_CACHE_DIR or ./cache)
+    cache_dir: str | None = run_field(
+        None
+    )  # tokenisation / model cache; None: the project cache ($XMC_CACHE_DIR or ./cache)
     progress: bool = run_field(True)
     seed: int = 0
     # XR-Transformer's per-level schedule (coarse to fine; ignored by the single-level matcher).
@@ -80,8 +82,14 @@ class MatcherConfig(Settings):
             raise bad("model_name_or_path", "must name a model or a local folder")
         if self.pooling not in ("auto",) + POOLINGS:
             raise bad("pooling", f"expected one of {['auto', *POOLINGS]}")
-        for key in ("max_length", "batch_size", "eval_batch_size", "topb", "accumulate_grad_batches",
-                    "checkpoint_every_n_steps"):
+        for key in (
+            "max_length",
+            "batch_size",
+            "eval_batch_size",
+            "topb",
+            "accumulate_grad_batches",
+            "checkpoint_every_n_steps",
+        ):
             if getattr(self, key) < 1:
                 raise bad(key, "must be >= 1")
         if self.embed_max_length is not None and self.embed_max_length < 1:
@@ -104,9 +112,11 @@ class MatcherConfig(Settings):
             raise bad("save_embeddings_dtype", f"expected one of {list(EMBEDDING_DTYPES)}")
         if self.val_every_n_steps is not None and self.val_every_n_steps < 1:
             raise bad("val_every_n_steps", "must be >= 1 or null")
-        rules = {"level_steps": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),
-                 "level_lr": (lambda v: _is_number(v) and v > 0, "a number > 0"),
-                 "level_warmup_ratio": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)")}
+        rules = {
+            "level_steps": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),
+            "level_lr": (lambda v: _is_number(v) and v > 0, "a number > 0"),
+            "level_warmup_ratio": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
+        }
         for key, (ok, what) in rules.items():
             values = getattr(self, key)
             if values is None:
@@ -128,13 +138,16 @@ class MatcherConfig(Settings):
         without one, ``max_steps`` is split 1 : 2 : ... : T so that finer levels, which have more
         clusters to tell apart, get more steps (PECOS's Eurlex-4K recipe: 600 / 800 / 1,200).
         """
+
         def pick(key: str, default: float) -> list:
             values = getattr(self, key)
             if values is None:
                 return [default] * n_levels
             if len(values) != n_levels:
-                raise MatcherConfigError(f"matcher.{key}={list(values)!r}: has {len(values)} entries but "
-                                         f"{n_levels} levels are fine-tuned (one entry per level)")
+                raise MatcherConfigError(
+                    f"matcher.{key}={list(values)!r}: has {len(values)} entries but "
+                    f"{n_levels} levels are fine-tuned (one entry per level)"
+                )
             return list(values)
 
         if self.level_steps is None:
@@ -144,8 +157,10 @@ class MatcherConfig(Settings):
             steps = [max(1, round(self.max_steps * (t + 1) / total)) for t in range(n_levels)]
         else:
             steps = pick("level_steps", 0)
-        return [{"steps": int(s), "lr": float(lr), "warmup_ratio": float(w)}
-                for s, lr, w in zip(steps, pick("level_lr", self.lr), pick("level_warmup_ratio", self.warmup_ratio))]
+        return [
+            {"steps": int(s), "lr": float(lr), "warmup_ratio": float(w)}
+            for s, lr, w in zip(steps, pick("level_lr", self.lr), pick("level_warmup_ratio", self.warmup_ratio))
+        ]
 
     def training_settings(self, levels: bool = False) -> dict[str, Any]:
         """The fields that determine the fine-tuned weights (the checkpoint / model cache key).
@@ -157,5 +172,5 @@ class MatcherConfig(Settings):
         return out if levels else {k: v for k, v in out.items() if k not in _LEVEL_SCHEDULE}
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "MatcherConfig":
+    def from_dict(cls, values: dict[str, Any]) -> MatcherConfig:
         return cls.from_mapping(values)

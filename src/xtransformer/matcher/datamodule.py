@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
@@ -19,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from xtransformer.encoders import default_cache_dir
-from xtransformer.encoders.tokens import TokenizedTexts, tokenize_texts  # noqa: F401 (re-exported)
+from xtransformer.encoders.tokens import TokenizedTexts, tokenize_texts
 from xtransformer.matcher.config import MatcherConfig
 
 log = logging.getLogger(__name__)
@@ -62,8 +63,9 @@ class Collator:
     names (XR-Transformer's teacher-forcing shortlist).
     """
 
-    def __init__(self, tokens: TokenizedTexts, targets: sp.csr_matrix | None,
-                 masks: Mapping[str, sp.csr_matrix] | None = None) -> None:
+    def __init__(
+        self, tokens: TokenizedTexts, targets: sp.csr_matrix | None, masks: Mapping[str, sp.csr_matrix] | None = None
+    ) -> None:
         self.tokens = tokens
         self.targets = targets
         self.masks = dict(masks or {})
@@ -87,8 +89,7 @@ class EpochSampler(Sampler[int]):
     Training shards are padded (wrapping around) to equal length on every rank; evaluation ones not.
     """
 
-    def __init__(self, n: int, shuffle: bool, seed: int, rank: int = 0, world_size: int = 1,
-                 pad: bool = True) -> None:
+    def __init__(self, n: int, shuffle: bool, seed: int, rank: int = 0, world_size: int = 1, pad: bool = True) -> None:
         self.n, self.shuffle, self.seed = n, shuffle, seed
         self.rank, self.world_size, self.pad = rank, world_size, pad
         self.epoch = 0
@@ -102,12 +103,13 @@ class EpochSampler(Sampler[int]):
         self.skip_epoch, self.skip = epoch, skip_rows
 
     def _shard(self) -> np.ndarray:
-        order = (np.random.default_rng([self.seed, self.epoch]).permutation(self.n) if self.shuffle
-                 else np.arange(self.n))
+        order = (
+            np.random.default_rng([self.seed, self.epoch]).permutation(self.n) if self.shuffle else np.arange(self.n)
+        )
         if self.pad and self.world_size > 1:
             total = -(-self.n // self.world_size) * self.world_size
             order = np.resize(order, total)  # repeats from the start, like DistributedSampler
-        return order[self.rank::self.world_size]
+        return order[self.rank :: self.world_size]
 
     def __len__(self) -> int:
         if self.pad:
@@ -117,7 +119,7 @@ class EpochSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         shard = self._shard()
         if self.skip_epoch == self.epoch and 0 < self.skip < len(shard):
-            shard = shard[self.skip:]
+            shard = shard[self.skip :]
         self.skip_epoch, self.skip = None, 0
         return iter(shard.tolist())
 
@@ -145,8 +147,9 @@ class MatcherDataModule(pl.LightningDataModule):
         super().__init__()
         for split in [train_split] + ([val_split] if val_split else []):
             if split not in texts or split not in Y:
-                raise ValueError(f"split {split!r} needs both texts and Y (have texts: {sorted(texts)}, "
-                                 f"Y: {sorted(Y)})")
+                raise ValueError(
+                    f"split {split!r} needs both texts and Y (have texts: {sorted(texts)}, Y: {sorted(Y)})"
+                )
             if len(texts[split]) != Y[split].shape[0]:
                 raise ValueError(f"split {split!r}: {len(texts[split])} texts but Y has {Y[split].shape[0]} rows")
         self.tokenizer_path = str(tokenizer_path)
@@ -177,17 +180,29 @@ class MatcherDataModule(pl.LightningDataModule):
         if self.tokens:
             return
         tokenizer = self.load_tokenizer()
-        for split, texts in self.texts.items():
-            tokenize_texts(tokenizer, texts, self.cfg.max_length, self.cfg.truncate_chars, self.cache_dir,
-                           progress=self.cfg.progress)
+        for texts in self.texts.values():
+            tokenize_texts(
+                tokenizer,
+                texts,
+                self.cfg.max_length,
+                self.cfg.truncate_chars,
+                self.cache_dir,
+                progress=self.cfg.progress,
+            )
 
     def setup(self, stage: str | None = None) -> None:
         if self.tokens:
             return
         tokenizer = self.load_tokenizer()
         for split, texts in self.texts.items():
-            self.tokens[split] = tokenize_texts(tokenizer, texts, self.cfg.max_length, self.cfg.truncate_chars,
-                                                self.cache_dir, progress=self.cfg.progress)
+            self.tokens[split] = tokenize_texts(
+                tokenizer,
+                texts,
+                self.cfg.max_length,
+                self.cfg.truncate_chars,
+                self.cache_dir,
+                progress=self.cfg.progress,
+            )
         self.targets = {split: instance_cluster_targets(Y, self.C) for split, Y in self.Y.items()}
 
     def tokens_at(self, split: str, max_length: int) -> TokenizedTexts:
@@ -195,8 +210,14 @@ class MatcherDataModule(pl.LightningDataModule):
         training length, else tokenised again (cached on disk like them)."""
         if max_length == self.cfg.max_length and split in self.tokens:
             return self.tokens[split]
-        return tokenize_texts(self.load_tokenizer(), self.texts[split], max_length, self.cfg.truncate_chars,
-                              self.cache_dir, progress=self.cfg.progress)
+        return tokenize_texts(
+            self.load_tokenizer(),
+            self.texts[split],
+            max_length,
+            self.cfg.truncate_chars,
+            self.cache_dir,
+            progress=self.cfg.progress,
+        )
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = getattr(self, "trainer", None)
@@ -207,15 +228,21 @@ class MatcherDataModule(pl.LightningDataModule):
         # and a resumed run (which creates one more iterator) would get other dropout masks.
         generator = torch.Generator()
         generator.manual_seed(self.seed)
-        return DataLoader(_IndexDataset(len(self.tokens[split])), batch_size=batch_size, sampler=sampler,
-                          collate_fn=Collator(self.tokens[split], self.targets.get(split), self.masks.get(split)),
-                          generator=generator,
-                          num_workers=self.cfg.num_workers, persistent_workers=self.cfg.num_workers > 0)
+        return DataLoader(
+            _IndexDataset(len(self.tokens[split])),
+            batch_size=batch_size,
+            sampler=sampler,
+            collate_fn=Collator(self.tokens[split], self.targets.get(split), self.masks.get(split)),
+            generator=generator,
+            num_workers=self.cfg.num_workers,
+            persistent_workers=self.cfg.num_workers > 0,
+        )
 
     def train_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
-        sampler = EpochSampler(len(self.tokens[self.train_split]), shuffle=True, seed=self.seed,
-                               rank=rank, world_size=world, pad=True)
+        sampler = EpochSampler(
+            len(self.tokens[self.train_split]), shuffle=True, seed=self.seed, rank=rank, world_size=world, pad=True
+        )
         if self._resume is not None:
             sampler.resume(self._resume["epoch"], self._resume["batches_done"] * self.cfg.batch_size)
             self._resume = None
@@ -226,8 +253,9 @@ class MatcherDataModule(pl.LightningDataModule):
         if not self.val_split:
             return []
         rank, world = self._rank_world()
-        sampler = EpochSampler(len(self.tokens[self.val_split]), shuffle=False, seed=self.seed,
-                               rank=rank, world_size=world, pad=False)
+        sampler = EpochSampler(
+            len(self.tokens[self.val_split]), shuffle=False, seed=self.seed, rank=rank, world_size=world, pad=False
+        )
         return self._loader(self.val_split, sampler, self.cfg.eval_batch_size)
 
     # Lightning stores this in every checkpoint: where in the epoch training stood.
@@ -235,8 +263,10 @@ class MatcherDataModule(pl.LightningDataModule):
         trainer = getattr(self, "trainer", None)
         if trainer is None:
             return {}
-        return {"epoch": int(trainer.current_epoch),
-                "batches_done": int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)}
+        return {
+            "epoch": int(trainer.current_epoch),
+            "batches_done": int(trainer.fit_loop.epoch_loop.batch_progress.current.processed),
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._resume = dict(state_dict) if state_dict else None

@@ -10,9 +10,10 @@ Matcher folder layout (written atomically; the same in the stage cache and in mo
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -66,17 +67,25 @@ class LoadedMatcher:
     def pooling(self) -> str:
         return self.meta["pooling_resolved"]
 
-    def to(self, device: str | torch.device) -> "LoadedMatcher":
+    def to(self, device: str | torch.device) -> LoadedMatcher:
         self.encoder.to(device)
         self.head.to(device)
         return self
 
-    def encode(self, texts: Sequence[str], options: EncodeOptions, token_cache: Path | None = None) -> MatcherPrediction:
+    def encode(
+        self, texts: Sequence[str], options: EncodeOptions, token_cache: Path | None = None
+    ) -> MatcherPrediction:
         """Embeddings (float32; l2-normalised with ``options.normalize``) and top-b clusters of
         ``texts``; ``token_cache``: a folder that keeps their tokenisation."""
         meta = self.meta
-        tokens = tokenize_texts(self.tokenizer, texts, options.max_length or meta["max_length"], meta["truncate_chars"],
-                                cache_dir=token_cache, progress=options.progress)
+        tokens = tokenize_texts(
+            self.tokenizer,
+            texts,
+            options.max_length or meta["max_length"],
+            meta["truncate_chars"],
+            cache_dir=token_cache,
+            progress=options.progress,
+        )
         pred = predict_tokens(self, tokens, options)
         if options.normalize:
             pred.embeddings = l2_normalize(pred.embeddings)
@@ -92,21 +101,24 @@ class LoadedMatcher:
             self.encoder.save_pretrained(tmp / "encoder")
             self.tokenizer.save_pretrained(tmp / "encoder")
             declare_pooling(tmp / "encoder", self.pooling, self.encoder.config.hidden_size)
-            save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
-                      tmp / "head.safetensors")
+            save_file(
+                {k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}, tmp / "head.safetensors"
+            )
             save_json(self.meta, tmp / "matcher_config.json")
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike, device: str | torch.device = "cpu") -> "LoadedMatcher":
+    def load(cls, path: str | os.PathLike, device: str | torch.device = "cpu") -> LoadedMatcher:
         """Load a folder written by :meth:`save`."""
         from safetensors.torch import load_file
         from transformers import AutoTokenizer
 
         path = Path(path)
         if not is_complete(path) or not (path / "matcher_config.json").is_file():
-            raise FileNotFoundError(f"no finished matcher model in {path} (expected encoder/, head.safetensors, "
-                                    "matcher_config.json and a _COMPLETE marker)")
+            raise FileNotFoundError(
+                f"no finished matcher model in {path} (expected encoder/, head.safetensors, "
+                "matcher_config.json and a _COMPLETE marker)"
+            )
         meta = load_json(path / "matcher_config.json")
         encoder = pretrained_encoder(path / "encoder").to(device)
         tokenizer = AutoTokenizer.from_pretrained(path / "encoder")
@@ -119,8 +131,9 @@ def topb_csr(scores: np.ndarray, clusters: np.ndarray, num_clusters: int) -> sp.
     """``N x K`` csr from per-row top-b ``scores`` / cluster ids (``N x b`` each); zeros are kept."""
     n, b = scores.shape
     indptr = np.arange(0, n * b + 1, b, dtype=np.int64)
-    mat = sp.csr_matrix((scores.ravel().astype(np.float32), clusters.ravel().astype(np.int32), indptr),
-                        shape=(n, num_clusters))
+    mat = sp.csr_matrix(
+        (scores.ravel().astype(np.float32), clusters.ravel().astype(np.int32), indptr), shape=(n, num_clusters)
+    )
     mat.sort_indices()
     return mat
 
@@ -134,8 +147,16 @@ def predict_tokens(matcher: Any, tokens: TokenizedTexts, options: EncodeOptions)
     scores = np.zeros((n, b), dtype=np.float32)
     clusters = np.zeros((n, b), dtype=np.int64)
     batches = ((rows, tokens.batch(rows)) for rows in length_sorted_batches(tokens.lengths, options.batch_size))
-    for rows, e, logits in encode_batches(matcher.encoder, batches, matcher.pooling, options.precision, head=head,
-                                          progress=options.progress, total=n, desc=options.desc):
+    for rows, e, logits in encode_batches(
+        matcher.encoder,
+        batches,
+        matcher.pooling,
+        options.precision,
+        head=head,
+        progress=options.progress,
+        total=n,
+        desc=options.desc,
+    ):
         top = logits.topk(b, dim=1)
         emb[rows] = e.numpy()
         scores[rows] = top.values.numpy()

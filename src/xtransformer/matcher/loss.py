@@ -50,8 +50,13 @@ def hinge_weights(targets: torch.Tensor, importance: str = "counts", neg_weight:
     return torch.where(positive, pos_w, torch.full_like(R, float(neg_weight)))
 
 
-def weighted_squared_hinge(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor,
-                           rows: torch.Tensor | None = None, n_rows: int | None = None) -> torch.Tensor:
+def weighted_squared_hinge(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    weights: torch.Tensor,
+    rows: torch.Tensor | None = None,
+    n_rows: int | None = None,
+) -> torch.Tensor:
     """``mean_i mean_{l in S_i} w_il · max(0, 1 - s_il g_il)²`` with ``s = ±1`` from ``targets > 0``.
 
     Dense form: ``logits``/``targets``/``weights`` are ``B x K`` and ``S_i`` is every cluster.

@@ -34,7 +34,6 @@ from xtransformer.metrics import (  # the shared per-document terms (one code pa
 __all__ = ["XMCMetrics"]
 
 
-
 def _torch_dense_topk(scores: torch.Tensor, k: int) -> np.ndarray:
     """Top-k indices of a dense ``B x L`` batch with ties broken by lower label index
     (``torch.topk`` alone does not guarantee which tied entry wins)."""
@@ -98,9 +97,7 @@ def _batch_topk(scores: Any, n_rows: int, n_labels: int, k: int) -> np.ndarray:
         return _fit_width(idx, k)
     if isinstance(scores, torch.Tensor) and scores.layout == torch.strided:
         if scores.ndim != 2 or tuple(scores.shape) != (n_rows, n_labels):
-            raise MetricsError(
-                f"scores has shape {tuple(scores.shape)} but target is {(n_rows, n_labels)}"
-            )
+            raise MetricsError(f"scores has shape {tuple(scores.shape)} but target is {(n_rows, n_labels)}")
         return _torch_dense_topk(scores.detach(), k)
     if isinstance(scores, torch.Tensor):
         scores = _torch_sparse_to_scipy(scores)
@@ -124,9 +121,7 @@ class XMCMetrics(torchmetrics.Metric):
     higher_is_better = True
     full_state_update = False
 
-    def __init__(
-        self, max_k: int = 5, inv_propensity: np.ndarray | None = None, **kwargs: Any
-    ) -> None:
+    def __init__(self, max_k: int = 5, inv_propensity: np.ndarray | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_k = _check_k(max_k, "max_k")
         self._w = None
@@ -151,8 +146,7 @@ class XMCMetrics(torchmetrics.Metric):
         if self._w is not None:
             if len(self._w) != n_labels:
                 raise MetricsError(
-                    f"inv_propensity must have shape ({n_labels},) to match the target batch, "
-                    f"got ({len(self._w)},)"
+                    f"inv_propensity must have shape ({n_labels},) to match the target batch, got ({len(self._w)},)"
                 )
             w = self._w
             if Y is None:
@@ -160,13 +154,19 @@ class XMCMetrics(torchmetrics.Metric):
         sums = _metric_sums(Y, idx, hits, n_true, w)
         for f in fields(MetricSums):
             state = getattr(self, f.name)
-            setattr(self, f.name, state + torch.as_tensor(getattr(sums, f.name),
-                                                          dtype=state.dtype, device=state.device))
+            setattr(
+                self, f.name, state + torch.as_tensor(getattr(sums, f.name), dtype=state.dtype, device=state.device)
+            )
 
     def compute(self) -> dict[str, float]:  # type: ignore[override]
-        sums = MetricSums(**{
-            f.name: (int(getattr(self, f.name).item()) if f.name.startswith("n_docs")
-                     else getattr(self, f.name).detach().cpu().numpy())
-            for f in fields(MetricSums)
-        })
+        sums = MetricSums(
+            **{
+                f.name: (
+                    int(getattr(self, f.name).item())
+                    if f.name.startswith("n_docs")
+                    else getattr(self, f.name).detach().cpu().numpy()
+                )
+                for f in fields(MetricSums)
+            }
+        )
         return _metrics_dict(sums, range(1, self.max_k + 1), with_psp=self._w is not None)

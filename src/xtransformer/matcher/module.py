@@ -45,7 +45,7 @@ class TrainOptions:
     dropout: float | None = None  # every dropout of the encoder; None: the model's own rates
 
     @classmethod
-    def of(cls, cfg: Any, **overrides: Any) -> "TrainOptions":
+    def of(cls, cfg: Any, **overrides: Any) -> TrainOptions:
         """From a :class:`~xtransformer.matcher.MatcherConfig` (``overrides``: e.g. a level's lr)."""
         names = [f.name for f in fields(cls)]
         return cls(**{**{n: getattr(cfg, n) for n in names}, **overrides})
@@ -54,15 +54,22 @@ class TrainOptions:
 class MatcherModule(pl.LightningModule):
     """Scores the K clusters of a document: ``g = W · pool(encoder(x)) + b``, trained with eq. 3."""
 
-    def __init__(self, encoder_path: str, num_clusters: int, options: TrainOptions | None = None,
-                 with_token_types: bool = False) -> None:
+    def __init__(
+        self, encoder_path: str, num_clusters: int, options: TrainOptions | None = None, with_token_types: bool = False
+    ) -> None:
         super().__init__()
         from xtransformer.encoders import pretrained_encoder, set_dropout
 
         opt = options or TrainOptions()
         # plain values only: checkpoints stay loadable with weights_only=True
-        self.save_hyperparameters({"encoder_path": encoder_path, "num_clusters": num_clusters,
-                                   "with_token_types": with_token_types, **asdict(opt)})
+        self.save_hyperparameters(
+            {
+                "encoder_path": encoder_path,
+                "num_clusters": num_clusters,
+                "with_token_types": with_token_types,
+                **asdict(opt),
+            }
+        )
         if num_clusters < 1:
             raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
         self.encoder = pretrained_encoder(encoder_path)
@@ -112,8 +119,7 @@ class MatcherModule(pl.LightningModule):
         if int(self.val_precision.n_docs) == 0 and not self.trainer.world_size > 1:
             return  # no validation batch ran
         scores = self.val_precision.compute()
-        self.log_dict({f"val/cluster_{k}": scores[k] for k in ("P@1", f"P@{self.val_precision.max_k}")
-                       if k in scores})
+        self.log_dict({f"val/cluster_{k}": scores[k] for k in ("P@1", f"P@{self.val_precision.max_k}") if k in scores})
         self.val_precision.reset()
 
     def param_groups(self) -> list[dict[str, Any]]:
@@ -150,8 +156,12 @@ class MatcherModule(pl.LightningModule):
             return None
         return all(p.device.type in ("cpu", "cuda") for g in groups for p in g["params"]) or None
 
-    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
-                                    gradient_clip_algorithm: str | None = None) -> None:
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
         # Lightning's mixed-precision plugin refuses to clip for a fused optimizer (it would unscale
         # fp16 gradients itself); without a loss scaler (bf16, fp32) the gradients are true: clip here
         if not optimizer.defaults.get("fused") or not gradient_clip_val:
@@ -192,8 +202,10 @@ def _freeze_unused_parameters(encoder: nn.Module, pooling: str, with_token_types
     encoder.eval()  # no dropout: the probe must not consume random numbers
     device = next(encoder.parameters()).device
     last = int(encoder.config.vocab_size) - 1  # ordinary tokens, not padding
-    batch = {"input_ids": torch.tensor([[last, last - 1]], device=device),
-             "attention_mask": torch.ones(1, 2, dtype=torch.long, device=device)}
+    batch = {
+        "input_ids": torch.tensor([[last, last - 1]], device=device),
+        "attention_mask": torch.ones(1, 2, dtype=torch.long, device=device),
+    }
     if with_token_types:
         batch["token_type_ids"] = torch.zeros(1, 2, dtype=torch.long, device=device)
     try:

@@ -28,8 +28,9 @@ class ProgressLog(pl.Callback):
         self._start = self._last = time.perf_counter()
         self._first_step = trainer.global_step  # > 0 when resumed
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         now = time.perf_counter()
         step, total = trainer.global_step, trainer.max_steps
         if not trainer.is_global_zero or (now - self._last < self.every_s and step != total):
@@ -40,5 +41,11 @@ class ProgressLog(pl.Callback):
         loss = trainer.callback_metrics.get("train/loss")
         eta = f", ETA {_clock(rate * (total - step))}" if total and total > 0 else ""
         of = f"/{total}" if total and total > 0 else ""
-        log.info("matcher step %d%s, loss %s, %.2f s/step%s", step, of,
-                 f"{float(loss):.4f}" if loss is not None else "n/a", rate, eta)
+        log.info(
+            "matcher step %d%s, loss %s, %.2f s/step%s",
+            step,
+            of,
+            f"{float(loss):.4f}" if loss is not None else "n/a",
+            rate,
+            eta,
+        )

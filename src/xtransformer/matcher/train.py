@@ -17,8 +17,9 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -35,10 +36,15 @@ log = logging.getLogger(__name__)
 TRAIN_SPLIT, VAL_SPLIT = "train", "dev"
 # Trainer kwargs the matcher config owns; a trainer config that sets them is ambiguous.
 _OWNED_TRAINER_KEYS = {
-    "max_steps": "max_steps", "max_epochs": "max_epochs", "gradient_clip_val": "grad_clip",
-    "accumulate_grad_batches": "accumulate_grad_batches", "limit_val_batches": "limit_val_batches",
-    "val_check_interval": "val_every_n_steps", "callbacks": "callbacks argument",
-    "logger": "logger argument", "use_distributed_sampler": "(always False: the matcher shards itself)",
+    "max_steps": "max_steps",
+    "max_epochs": "max_epochs",
+    "gradient_clip_val": "grad_clip",
+    "accumulate_grad_batches": "accumulate_grad_batches",
+    "limit_val_batches": "limit_val_batches",
+    "val_check_interval": "val_every_n_steps",
+    "callbacks": "callbacks argument",
+    "logger": "logger argument",
+    "use_distributed_sampler": "(always False: the matcher shards itself)",
 }
 
 
@@ -46,8 +52,9 @@ class MatcherInputError(UserError):
     """Inconsistent texts / Y / C handed to the matcher."""
 
 
-def fine_tune_matcher(ctx: Any, key: str, data: Any, C: sp.spmatrix, cfg: MatcherConfig,
-                      validation: Any = None) -> Path:
+def fine_tune_matcher(
+    ctx: Any, key: str, data: Any, C: sp.spmatrix, cfg: MatcherConfig, validation: Any = None
+) -> Path:
     """The matcher folder of stage (``matcher``, ``key``): encoder + head fine-tuned on
     ``binarize(data.Y · C)`` (``data``, ``validation``: :class:`~xtransformer.data.inputs.LabeledData`;
     ``validation`` is scored while training, never chosen on)."""
@@ -68,8 +75,12 @@ def fine_tune_matcher(ctx: Any, key: str, data: Any, C: sp.spmatrix, cfg: Matche
         dm.prepare_data()
         dm.setup("fit")
         pl.seed_everything(cfg.seed, workers=True, verbose=False)
-        module = MatcherModule(str(base), dm.num_clusters, TrainOptions.of(cfg),
-                               with_token_types=dm.tokens[TRAIN_SPLIT].type_ids is not None)
+        module = MatcherModule(
+            str(base),
+            dm.num_clusters,
+            TrainOptions.of(cfg),
+            with_token_types=dm.tokens[TRAIN_SPLIT].type_ids is not None,
+        )
         facts = fit_resumable(ctx, cfg, module, dm, work, cfg.max_steps)
         if facts["trainer"].is_global_zero:
             meta = matcher_meta(cfg, ctx, module, key, facts["global_step"])
@@ -81,8 +92,16 @@ def fine_tune_matcher(ctx: Any, key: str, data: Any, C: sp.spmatrix, cfg: Matche
     return folder / "matcher"
 
 
-def fit_resumable(ctx: Any, cfg: MatcherConfig, module: Any, dm: Any, work: Path, max_steps: int,
-                  loggers: Sequence[Any] | None = None, resume: bool = True) -> dict[str, Any]:
+def fit_resumable(
+    ctx: Any,
+    cfg: MatcherConfig,
+    module: Any,
+    dm: Any,
+    work: Path,
+    max_steps: int,
+    loggers: Sequence[Any] | None = None,
+    resume: bool = True,
+) -> dict[str, Any]:
     """``trainer.fit`` with the matcher's Trainer settings (``ctx``: placement, precision, further
     kwargs, callbacks, loggers), checkpointing to ``work/checkpoints`` every
     ``cfg.checkpoint_every_n_steps`` and resuming from its ``last.ckpt``."""
@@ -93,20 +112,30 @@ def fit_resumable(ctx: Any, cfg: MatcherConfig, module: Any, dm: Any, work: Path
     from xtransformer.matcher.progress import ProgressLog
 
     ckpt_dir = work / "checkpoints"
-    checkpoint = ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0, enable_version_counter=False,
-                                 every_n_train_steps=cfg.checkpoint_every_n_steps)
+    checkpoint = ModelCheckpoint(
+        dirpath=ckpt_dir,
+        save_last=True,
+        save_top_k=0,
+        enable_version_counter=False,
+        every_n_train_steps=cfg.checkpoint_every_n_steps,
+    )
     loggers = list(ctx.loggers) if loggers is None else list(loggers)
     kwargs = dict(ctx.trainer_kwargs)
     kwargs.update(
-        max_steps=max_steps, max_epochs=cfg.max_epochs, gradient_clip_val=cfg.grad_clip,
-        accumulate_grad_batches=cfg.accumulate_grad_batches, limit_val_batches=cfg.limit_val_batches,
-        use_distributed_sampler=False, default_root_dir=str(work),
+        max_steps=max_steps,
+        max_epochs=cfg.max_epochs,
+        gradient_clip_val=cfg.grad_clip,
+        accumulate_grad_batches=cfg.accumulate_grad_batches,
+        limit_val_batches=cfg.limit_val_batches,
+        use_distributed_sampler=False,
+        default_root_dir=str(work),
         callbacks=[checkpoint, ProgressLog(), *ctx.callbacks],
         logger=loggers or CSVLogger(str(work), name="logs"),
     )
     if cfg.val_every_n_steps is not None:
-        kwargs.update(val_check_interval=cfg.val_every_n_steps * cfg.accumulate_grad_batches,
-                      check_val_every_n_epoch=None)
+        kwargs.update(
+            val_check_interval=cfg.val_every_n_steps * cfg.accumulate_grad_batches, check_val_every_n_epoch=None
+        )
     trainer = pl.Trainer(**kwargs)
     last = ckpt_dir / "last.ckpt"
     ckpt_path = str(last) if resume and last.is_file() else None
@@ -114,17 +143,29 @@ def fit_resumable(ctx: Any, cfg: MatcherConfig, module: Any, dm: Any, work: Path
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     if trainer.interrupted:
         raise RuntimeError(f"matcher training was interrupted; call again to resume from {last}")
-    return {"trainer": trainer, "train_seconds": time.perf_counter() - start, "global_step": int(module.trained_steps),
-            "resumed_from": ckpt_path,
-            "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()}}
+    return {
+        "trainer": trainer,
+        "train_seconds": time.perf_counter() - start,
+        "global_step": int(module.trained_steps),
+        "resumed_from": ckpt_path,
+        "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+    }
 
 
 def matcher_meta(cfg: MatcherConfig, ctx: Any, module: Any, key: str, global_step: int) -> dict[str, Any]:
     """The matcher folder's record: its settings, what it resolved, what it is (no local paths)."""
-    return scrub({**cfg.to_dict(), "pooling_resolved": module.pooling, "num_clusters": module.head.out_features,
-                  "hidden_size": module.head.in_features, "model_type": module.encoder.config.model_type,
-                  "train_key": key, "global_step": int(global_step),
-                  "inference_precision_resolved": inference_precision(cfg, ctx.trainer.precision)})
+    return scrub(
+        {
+            **cfg.to_dict(),
+            "pooling_resolved": module.pooling,
+            "num_clusters": module.head.out_features,
+            "hidden_size": module.head.in_features,
+            "model_type": module.encoder.config.model_type,
+            "train_key": key,
+            "global_step": int(global_step),
+            "inference_precision_resolved": inference_precision(cfg, ctx.trainer.precision),
+        }
+    )
 
 
 def inference_precision(cfg: MatcherConfig, trainer_precision: Any) -> str:

@@ -28,8 +28,9 @@ def method_class(name: str, where: Path | str | None = None) -> type:
     target = METHODS.get(name) or COMBINATIONS.get(name)
     if target is None:
         prefix = f"{where}: " if where is not None else ""
-        raise ModelError(f"{prefix}unknown model kind {name!r}; this xtransformer knows "
-                         f"{sorted([*METHODS, *COMBINATIONS])}")
+        raise ModelError(
+            f"{prefix}unknown model kind {name!r}; this xtransformer knows {sorted([*METHODS, *COMBINATIONS])}"
+        )
     module, _, cls = target.partition(":")
     return getattr(importlib.import_module(module), cls)
 

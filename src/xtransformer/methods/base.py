@@ -18,16 +18,24 @@ folder's ``predict_settings.json``, overridable per call; the components are not
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.data.inputs import LabeledData
 from xtransformer.model.folder import (
-    LABELS, PREDICT_SETTINGS, TRAIN_SETTINGS, ModelError, load_record, read_manifest, scrub, write_manifest,
+    LABELS,
+    PREDICT_SETTINGS,
+    TRAIN_SETTINGS,
+    ModelError,
+    load_record,
+    read_manifest,
+    scrub,
+    write_manifest,
 )
 from xtransformer.settings import Settings
 from xtransformer.utils.io import atomic_dir, save_json
@@ -46,7 +54,7 @@ class ModelRecords:
     method: str = ""  # the name it is known by: its kind, or e.g. "xrtransformer+xrlinear"
 
     @classmethod
-    def of(cls, data: LabeledData, predict: dict[str, Any], train: dict[str, Any]) -> "ModelRecords":
+    def of(cls, data: LabeledData, predict: dict[str, Any], train: dict[str, Any]) -> ModelRecords:
         return cls(list(data.label_ids), list(data.label_names), predict, train)
 
 
@@ -79,9 +87,18 @@ class XMCModel:
 
     # ------------------------------------------------------------------ training
     @classmethod
-    def fit(cls, inputs: Any, labels: Any = None, settings: Settings | None = None, *,
-            label_ids: Sequence[str] | None = None, label_names: Sequence[str] | None = None,
-            validation: Any = None, context: Any = None, **groups: Any) -> "XMCModel | None":
+    def fit(
+        cls,
+        inputs: Any,
+        labels: Any = None,
+        settings: Settings | None = None,
+        *,
+        label_ids: Sequence[str] | None = None,
+        label_names: Sequence[str] | None = None,
+        validation: Any = None,
+        context: Any = None,
+        **groups: Any,
+    ) -> XMCModel | None:
         """Train on ``inputs`` (texts, or sparse feature rows where the method reads TF-IDF only)
         and ``labels`` (one list of label ids per document, or a sparse ``N x L`` matrix with
         ``label_ids``). ``settings``: the method's record (``cls.settings_class``); ``groups``:
@@ -109,8 +126,9 @@ class XMCModel:
         """The method's settings record: ``settings`` (default: the defaults) with ``groups`` over it."""
         base = settings if settings is not None else cls.settings_class()
         if not isinstance(base, cls.settings_class):
-            raise ModelError(f"{cls.__name__}.fit takes {cls.settings_class.__name__} settings, "
-                             f"got {type(base).__name__}")
+            raise ModelError(
+                f"{cls.__name__}.fit takes {cls.settings_class.__name__} settings, got {type(base).__name__}"
+            )
         if not groups:
             return base
         merged = {name: getattr(base, name) for name in _field_names(base)}
@@ -140,8 +158,9 @@ class XMCModel:
         """Method-specific checks of the data against the settings; none by default."""
 
     @classmethod
-    def _fit(cls, data: LabeledData, settings: Settings, ctx: Any, validation: LabeledData | None,
-             keys: dict[str, Any]) -> "XMCModel":
+    def _fit(
+        cls, data: LabeledData, settings: Settings, ctx: Any, validation: LabeledData | None, keys: dict[str, Any]
+    ) -> XMCModel:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ prediction
@@ -158,8 +177,10 @@ class XMCModel:
         """This call's prediction settings: the model's, with ``overrides`` (None: keep) over them."""
         unknown = sorted(set(overrides) - set(self.predict_settings))
         if unknown:
-            raise ModelError(f"unknown prediction setting(s) {unknown} for a {self.method} model; "
-                             f"it takes {sorted(self.predict_settings)}")
+            raise ModelError(
+                f"unknown prediction setting(s) {unknown} for a {self.method} model; "
+                f"it takes {sorted(self.predict_settings)}"
+            )
         return {**self.predict_settings, **{k: v for k, v in overrides.items() if v is not None}}
 
     def predict_csr(self, texts: Sequence[str], **overrides: Any) -> sp.csr_matrix:
@@ -181,8 +202,9 @@ class XMCModel:
     def predict_features(self, X: sp.spmatrix, k: int = 5, **overrides: Any) -> list[dict[str, Any]]:
         return self.top_labels(self.predict_features_csr(X, **self.overrides_for_k(k, overrides)), k)
 
-    def evaluate(self, inputs: Any, labels: Any = None, inv_propensity: np.ndarray | None = None,
-                 **overrides: Any) -> Evaluation:
+    def evaluate(
+        self, inputs: Any, labels: Any = None, inv_propensity: np.ndarray | None = None, **overrides: Any
+    ) -> Evaluation:
         """Predict ``inputs`` (texts, or feature rows) and score against ``labels``: P@k, R@k,
         nDCG@k (PSP@k with ``inv_propensity``), plus the method's own diagnostics."""
         from xtransformer.metrics import evaluate
@@ -211,12 +233,18 @@ class XMCModel:
         out = []
         for a, b in zip(bounds[:-1], bounds[1:]):
             items = c.item[a:b].tolist()
-            out.append({"labels": [ids[i] for i in items], "names": [names[i] for i in items],
-                        "scores": [float(s) for s in c.score[a:b]]})
+            out.append(
+                {
+                    "labels": [ids[i] for i in items],
+                    "names": [names[i] for i in items],
+                    "scores": [float(s) for s in c.score[a:b]],
+                }
+            )
         return out
 
-    def _predict_texts_kept(self, texts: Sequence[str], settings: dict[str, Any],
-                            report: dict[str, Any] | None) -> sp.csr_matrix:
+    def _predict_texts_kept(
+        self, texts: Sequence[str], settings: dict[str, Any], report: dict[str, Any] | None
+    ) -> sp.csr_matrix:
         if isinstance(texts, str):
             raise ModelError("predict takes a list of texts, not one string")
         texts = list(texts)
@@ -229,7 +257,9 @@ class XMCModel:
         pred = self._predict_texts(some, settings, report)
         return pred if keep.all() else empty_rows_csr(pred, keep)
 
-    def _predict_texts(self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None) -> sp.csr_matrix:
+    def _predict_texts(
+        self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None
+    ) -> sp.csr_matrix:
         """Scores of non-blank texts; ``report``: where diagnostics may leave what they need."""
         raise NotImplementedError
 
@@ -259,7 +289,7 @@ class XMCModel:
         raise NotImplementedError
 
     @classmethod
-    def load(cls, path: str | os.PathLike, method: str | None = None, verify: bool = True) -> "XMCModel":
+    def load(cls, path: str | os.PathLike, method: str | None = None, verify: bool = True) -> XMCModel:
         """Load a method folder, or the ``method`` (default: the main one) of a run's ``model/``
         folder (or of the run folder itself). ``verify`` checks every file's sha256 first."""
         from xtransformer.methods import method_class
@@ -271,14 +301,19 @@ class XMCModel:
         if not issubclass(target, cls):
             raise ModelError(f"{folder}: holds a {kind} model, not a {cls.__name__}; load it with XMCModel.load")
         labels = load_record(folder, LABELS)
-        records = ModelRecords(labels["ids"], labels["names"], load_record(folder, PREDICT_SETTINGS),
-                               load_record(folder, TRAIN_SETTINGS), manifest["method"])
+        records = ModelRecords(
+            labels["ids"],
+            labels["names"],
+            load_record(folder, PREDICT_SETTINGS),
+            load_record(folder, TRAIN_SETTINGS),
+            manifest["method"],
+        )
         model = target._load(folder, manifest["components"], records, verify)
         model.folder, model.manifest = folder, manifest
         return model
 
     @classmethod
-    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "XMCModel":
+    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> XMCModel:
         raise NotImplementedError
 
     def __repr__(self) -> str:

@@ -11,9 +11,10 @@ the training documents, so a saved folder reproduces the run's predictions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -48,8 +49,7 @@ class NeuralModel(XMCModel):
     needs_text = True
     collective = True  # fine-tuning is shared by the processes of a DDP run
 
-    def __init__(self, records: ModelRecords, tfidf: TfidfFeatures, matcher: LoadedMatcher,
-                 features: dict[str, Any]):
+    def __init__(self, records: ModelRecords, tfidf: TfidfFeatures, matcher: LoadedMatcher, features: dict[str, Any]):
         super().__init__(records)
         self.tfidf = tfidf
         self.matcher = matcher
@@ -66,31 +66,36 @@ class NeuralModel(XMCModel):
         check_copies_fit(s.indexing, data.n_labels, "indexing")
 
     @staticmethod
-    def _tree_inputs(ctx: Any, data: LabeledData, s: Any, keys: dict[str, Any]) -> "TreeInputs":
+    def _tree_inputs(ctx: Any, data: LabeledData, s: Any, keys: dict[str, Any]) -> TreeInputs:
         """What both transformer methods build before fine-tuning: TF-IDF and the label tree."""
         tfidf, X = tfidf_stage(ctx.cache, data, s.tfidf, keys["tfidf"])
         chain, _ = index_stage(ctx, data, X, s, keys["indexing"])
         return TreeInputs(ctx.matcher_settings(s.matcher), tfidf, X, chain)
 
-    def to(self, device: str) -> "NeuralModel":
+    def to(self, device: str) -> NeuralModel:
         """Encode on ``device`` ("cpu", "cuda")."""
         self.matcher.to(device)
         self.device = str(device)
         return self
 
-    def embed(self, texts: list[str], settings: dict[str, Any], token_cache: Path | None = None,
-              progress: bool = False) -> tuple[np.ndarray, sp.csr_matrix]:
+    def embed(
+        self, texts: list[str], settings: dict[str, Any], token_cache: Path | None = None, progress: bool = False
+    ) -> tuple[np.ndarray, sp.csr_matrix]:
         """(embeddings in the dtype training stored them, the head's top-b clusters) of ``texts``."""
-        options = EncodeOptions(batch_size=settings["eval_batch_size"], topb=settings["topb"],
-                                precision=settings["inference_precision"],
-                                normalize=self.features["normalize_embeddings"],
-                                max_length=self.features.get("max_length"),  # older folders: the fine-tuning length
-                                progress=progress)
+        options = EncodeOptions(
+            batch_size=settings["eval_batch_size"],
+            topb=settings["topb"],
+            precision=settings["inference_precision"],
+            normalize=self.features["normalize_embeddings"],
+            max_length=self.features.get("max_length"),  # older folders: the fine-tuning length
+            progress=progress,
+        )
         pred = self.matcher.encode(texts, options, token_cache)
         return pred.embeddings.astype(self.features["embeddings_dtype"]), pred.topb
 
-    def embed_stage(self, ctx: Any, stage: str, key: str, data: LabeledData,
-                    progress: bool) -> tuple[np.ndarray, sp.csr_matrix]:
+    def embed_stage(
+        self, ctx: Any, stage: str, key: str, data: LabeledData, progress: bool
+    ) -> tuple[np.ndarray, sp.csr_matrix]:
         """The training documents embedded once by the fine-tuned encoder (stage ``stage``), with
         this model's own :meth:`embed`: the rankers train on what prediction computes."""
 
@@ -101,8 +106,10 @@ class NeuralModel(XMCModel):
             emb, topb = self.embed(data.texts, self.predict_settings, ctx.work_root, progress)
             save_npy(emb, tmp / "embeddings.npy")
             save_csr(topb, tmp / "topb.npz")
-            save_json({"docs_per_s": round(len(data) / max(time.perf_counter() - start, 1e-9), 2),
-                       "device": self.device}, tmp / "facts.json")
+            save_json(
+                {"docs_per_s": round(len(data) / max(time.perf_counter() - start, 1e-9), 2), "device": self.device},
+                tmp / "facts.json",
+            )
 
         folder = ctx.cache.run(stage, key, build, settings=self.predict_settings)
         self.report.setdefault("encode", load_json(folder / "facts.json"))
@@ -112,8 +119,13 @@ class NeuralModel(XMCModel):
     def _save_neural(self, tmp: Path) -> dict[str, Any]:
         self.tfidf.save(tmp / TFIDF_DIR)
         self.matcher.save(tmp / MATCHER_DIR)
-        return {"kind": self.kind, "tfidf": TFIDF_DIR, "matcher": MATCHER_DIR, "ranker": RANKER_DIR,
-                "features": self.features}
+        return {
+            "kind": self.kind,
+            "tfidf": TFIDF_DIR,
+            "matcher": MATCHER_DIR,
+            "ranker": RANKER_DIR,
+            "features": self.features,
+        }
 
     @staticmethod
     def _load_neural(folder: Path) -> tuple[TfidfFeatures, LoadedMatcher]:
@@ -123,14 +135,22 @@ class NeuralModel(XMCModel):
 def embedding_record(features: str, neural_weight: float, mcfg: Any) -> dict[str, Any]:
     """How the embeddings the rankers were trained on were made: part of the model (the rankers'
     weights fit them), never a prediction setting a call may override."""
-    return {"kind": features, "neural_weight": neural_weight, "normalize_embeddings": mcfg.normalize_embeddings,
-            "embeddings_dtype": mcfg.save_embeddings_dtype, "max_length": mcfg.embed_length}
+    return {
+        "kind": features,
+        "neural_weight": neural_weight,
+        "normalize_embeddings": mcfg.normalize_embeddings,
+        "embeddings_dtype": mcfg.save_embeddings_dtype,
+        "max_length": mcfg.embed_length,
+    }
 
 
 def encoder_predict_settings(mcfg: Any, trainer_precision: Any) -> dict[str, Any]:
     """The encoder's prediction settings (a call may override them)."""
-    return {"topb": mcfg.topb, "eval_batch_size": mcfg.eval_batch_size,
-            "inference_precision": inference_precision(mcfg, trainer_precision)}
+    return {
+        "topb": mcfg.topb,
+        "eval_batch_size": mcfg.eval_batch_size,
+        "inference_precision": inference_precision(mcfg, trainer_precision),
+    }
 
 
 # ---------------------------------------------------------------------------------------- keys
@@ -138,10 +158,15 @@ def index_key(s: Any, tfidf_key: str, precision: Any) -> str:
     """The label tree's key: its settings, the pretrained encoder it may embed with, and (λ > 1)
     the linear model its overlap is counted from."""
     m = s.matcher
-    encoder = {"model_name_or_path": m.model_name_or_path, "max_length": m.max_length,
-               "truncate_chars": m.truncate_chars, "precision": str(precision)}
-    return settings_key("index", tfidf_key, s.indexing.training_settings(), encoder,
-                        *s.xrlinear.overlap_source(s.indexing.n_copies))
+    encoder = {
+        "model_name_or_path": m.model_name_or_path,
+        "max_length": m.max_length,
+        "truncate_chars": m.truncate_chars,
+        "precision": str(precision),
+    }
+    return settings_key(
+        "index", tfidf_key, s.indexing.training_settings(), encoder, *s.xrlinear.overlap_source(s.indexing.n_copies)
+    )
 
 
 def outputs_key(stage: str, encoder_key: str, mcfg: Any, precision: Any) -> str:
@@ -158,19 +183,30 @@ def index_stage(ctx: Any, data: LabeledData, X: sp.csr_matrix, s: Any, key: str)
     def build(tmp: Path) -> None:
         embed_fn = pretrained_embedder(ctx, s.matcher, data.texts)
         doc_emb = embed_fn(data.texts) if "pifa_neural" in icfg.name else None
-        chain, report = build_index(icfg, data.Y, X_train_tfidf=X, doc_embeddings=doc_emb,
-                                    label_texts=data.label_names, embed_fn=embed_fn, label_ids=data.label_ids)
+        chain, report = build_index(
+            icfg,
+            data.Y,
+            X_train_tfidf=X,
+            doc_embeddings=doc_emb,
+            label_texts=data.label_names,
+            embed_fn=embed_fn,
+            label_ids=data.label_ids,
+        )
         if icfg.n_copies > 1:  # the matcher and the rankers then train on the overlapping leaf level
-            chain, report["disentangle"] = learn_overlap(chain, X, data.Y, icfg, s.xrlinear.model,
-                                                         s.xrlinear.nr_splits)
+            chain, report["disentangle"] = learn_overlap(chain, X, data.Y, icfg, s.xrlinear.model, s.xrlinear.nr_splits)
             report["quality"] = cluster_quality(chain, Y=data.Y, seed=icfg.seed)
         chain.save(tmp / "chain", data.label_ids, report["config"])
         save_json(report, tmp / "report.json")
 
     folder = ctx.cache.run("indexing", key, build, settings=icfg.training_settings())
     report = load_json(folder / "report.json")
-    log.info("indexing %s: K=%d, levels %s, quality %s", icfg.name, report["n_clusters"], report["level_sizes"],
-             report.get("quality"))
+    log.info(
+        "indexing %s: K=%d, levels %s, quality %s",
+        icfg.name,
+        report["n_clusters"],
+        report["level_sizes"],
+        report.get("quality"),
+    )
     return ClusterChain.load(folder / "chain", data.label_ids), report
 
 
@@ -183,12 +219,18 @@ def pretrained_embedder(ctx: Any, mcfg: Any, train_texts: list[str]) -> EmbedFn:
         from xtransformer.encoders import EmbedOptions, embed_texts, load_encoder
 
         if "model" not in state:  # a tiny:* model must be the one the matcher fine-tunes
-            state["model"], state["tok"] = load_encoder(mcfg.model_name_or_path, mcfg.cache_dir,
-                                                        corpus=tiny_corpus(mcfg, train_texts))
+            state["model"], state["tok"] = load_encoder(
+                mcfg.model_name_or_path, mcfg.cache_dir, corpus=tiny_corpus(mcfg, train_texts)
+            )
             state["model"].eval()
         # the trainer's precision (a training setting, in the index key), not the matcher's inference one
-        options = EmbedOptions(max_length=mcfg.max_length, batch_size=mcfg.eval_batch_size, pooling="mean",
-                               precision=str(ctx.trainer.precision), truncate_chars=mcfg.truncate_chars)
+        options = EmbedOptions(
+            max_length=mcfg.max_length,
+            batch_size=mcfg.eval_batch_size,
+            pooling="mean",
+            precision=str(ctx.trainer.precision),
+            truncate_chars=mcfg.truncate_chars,
+        )
         return embed_texts(state["model"], state["tok"], texts, options)
 
     return embed

@@ -93,9 +93,11 @@ def _read_manifest(folder: Path, verify: bool, parents: tuple[Path, ...]) -> dic
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ModelError(f"{path}: corrupt manifest (format_version {version!r} is not a version number)")
     if version > FORMAT_VERSION:
-        raise ModelError(f"{path}: model format version {version} is newer than this xtransformer reads "
-                         f"({FORMAT_VERSION}); upgrade xtransformer (model written by "
-                         f"{manifest.get('library_version')})")
+        raise ModelError(
+            f"{path}: model format version {version} is newer than this xtransformer reads "
+            f"({FORMAT_VERSION}); upgrade xtransformer (model written by "
+            f"{manifest.get('library_version')})"
+        )
     files = manifest.get("files", {})
     components = manifest.get("components")
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
@@ -136,8 +138,9 @@ def _check_symlinks(folder: Path, root: Path) -> None:
                     raise ModelError(f"{p}: a symlink leading outside the model folder (to {target}); refusing it")
 
 
-def _check_members(folder: Path, root: Path, members: Any, manifest: Path, verify: bool,
-                   parents: tuple[Path, ...]) -> None:
+def _check_members(
+    folder: Path, root: Path, members: Any, manifest: Path, verify: bool, parents: tuple[Path, ...]
+) -> None:
     """Every member of a combination: a sibling folder (``../<method>``) that exists and passes the
     same checks, before any member's weights are read."""
     if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
@@ -147,15 +150,16 @@ def _check_members(folder: Path, root: Path, members: Any, manifest: Path, verif
         if not rel or PurePosixPath(rel).is_absolute() or PureWindowsPath(rel).drive:
             raise ModelError(f"{manifest}: member {rel!r} is an absolute path; members are sibling folders (../name)")
         member = (folder / rel).resolve()
-        if member == root or not member.is_relative_to(siblings) or member == siblings:
+        if member in (root, siblings) or not member.is_relative_to(siblings):
             raise ModelError(f"{manifest}: member {rel!r} is not a sibling model folder (it resolves to {member})")
         if member in parents:
             raise ModelError(f"{manifest}: member {rel!r} refers back to {member} (a cycle)")
         if not member.is_dir():
             raise ModelError(f"{manifest}: member {rel!r} of the combination is missing ({member}: no such folder)")
         if not (member / MANIFEST).is_file():
-            raise ModelError(f"{manifest}: member {rel!r} of the combination is not a model folder "
-                             f"({member}: no {MANIFEST})")
+            raise ModelError(
+                f"{manifest}: member {rel!r} of the combination is not a model folder ({member}: no {MANIFEST})"
+            )
         _read_manifest(member, verify, parents)
 
 
@@ -168,8 +172,10 @@ def _verify_files(folder: Path, root: Path, files: dict[str, str], manifest_byte
     # the folder's own checksum record and completion marker are written after the manifest
     unlisted = sorted(set(_listed_files(folder)) - set(files) - {CHECKSUMS})
     if unlisted:
-        raise ModelError(f"{folder / unlisted[0]}: not listed in {MANIFEST} (a file added after the folder was "
-                         f"written{f', and {len(unlisted) - 1} more' if len(unlisted) > 1 else ''}); refusing it")
+        raise ModelError(
+            f"{folder / unlisted[0]}: not listed in {MANIFEST} (a file added after the folder was "
+            f"written{f', and {len(unlisted) - 1} more' if len(unlisted) > 1 else ''}); refusing it"
+        )
     stats = []
     for rel in sorted(files):
         file = folder / rel

@@ -52,8 +52,9 @@ class Clock:
 def run(cfg: DictConfig) -> dict[str, Any]:
     s = run_settings(cfg)  # every setting checked here, before any data work: one line naming the key
     if s.combine_with_xrlinear and not s.train_xrlinear and s.method != "xrlinear":
-        log.warning("combine_with_xrlinear=%s needs train_xrlinear=true; no combined result this run",
-                    s.combine_with_xrlinear)
+        log.warning(
+            "combine_with_xrlinear=%s needs train_xrlinear=true; no combined result this run", s.combine_with_xrlinear
+        )
     cache = StageCache(Path(s.cache_dir), enabled=s.cache)
     try:
         return _run(cfg, s, TrainContext(cache=cache, trainer=s.trainer, lightning=s.lightning))
@@ -84,7 +85,9 @@ def _run(cfg: DictConfig, s: RunSettings, ctx: TrainContext) -> dict[str, Any]:
         clock.lap(f"{name}_predict")
         predictions[name], results[name] = ev.predictions, ev.metrics
         results |= ev.diagnostics
-        reports[name] = model.report | {"predict_docs_per_s": round(len(evalset) / max(time.perf_counter() - start, 1e-9), 2)}
+        reports[name] = model.report | {
+            "predict_docs_per_s": round(len(evalset) / max(time.perf_counter() - start, 1e-9), 2)
+        }
         save_model(model, out_dir, ds, s)
         main, model = (model if name == s.method else main), None  # let go of a model the run no longer needs
     if not ctx.is_rank_zero:
@@ -124,32 +127,53 @@ def combine_with_xrlinear(main: XMCModel, model_dir: Path, s: RunSettings) -> Co
     return both
 
 
-def run_metrics(cfg: DictConfig, s: RunSettings, ds: Any, results: dict[str, Any], reports: dict[str, Any],
-                clock: Clock, ctx: TrainContext, unseen: dict[str, Any]) -> dict[str, Any]:
+def run_metrics(
+    cfg: DictConfig,
+    s: RunSettings,
+    ds: Any,
+    results: dict[str, Any],
+    reports: dict[str, Any],
+    clock: Clock,
+    ctx: TrainContext,
+    unseen: dict[str, Any],
+) -> dict[str, Any]:
     """``metrics.json``: the results, what each fit did, timings, memory, settings and stages."""
     main = reports[s.method]
-    index = main.get("index", {}) | ({"xrlinear": reports["xrlinear"]["index"]}
-                                      if s.method != "xrlinear" and "xrlinear" in reports else {})
+    index = main.get("index", {}) | (
+        {"xrlinear": reports["xrlinear"]["index"]} if s.method != "xrlinear" and "xrlinear" in reports else {}
+    )
     timings = clock.laps | {f"stage/{k}": v for k, v in ctx.cache.seconds.items()}
     return {
-        "method": s.method, "dataset": ds.name, "eval_split": ds.eval_split, "seed": s.seed,
-        "metrics": results[s.method], "results": results,
+        "method": s.method,
+        "dataset": ds.name,
+        "eval_split": ds.eval_split,
+        "seed": s.seed,
+        "metrics": results[s.method],
+        "results": results,
         "levels": main.get("levels", []),  # XR-Transformer: clusters, steps, seconds and cluster recall per level
-        "reports": {name: {k: v for k, v in r.items() if k not in ("stage_keys", "levels")} for name, r in reports.items()},
+        "reports": {
+            name: {k: v for k, v in r.items() if k not in ("stage_keys", "levels")} for name, r in reports.items()
+        },
         "index": index,
         "timings_s": timings | {"total": round(time.perf_counter() - clock.start, 3)},
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
         "settings": s.records(),  # what the stage keys and the model folders were made of
-        "stages": {"ran": ctx.cache.ran(), "reused": ctx.cache.reused(), "corrupt_rebuilt": ctx.cache.corrupt(),
-                   "keys": {name: r.get("stage_keys", {}) for name, r in reports.items()}, "cache": s.cache},
+        "stages": {
+            "ran": ctx.cache.ran(),
+            "reused": ctx.cache.reused(),
+            "corrupt_rebuilt": ctx.cache.corrupt(),
+            "keys": {name: r.get("stage_keys", {}) for name, r in reports.items()},
+            "cache": s.cache,
+        },
         "dataset_summary": ds.summary(),
         "unseen_eval_labels": unseen,  # eval labels no training document has: they cap P@k and R@k
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
 
 
-def write_run_outputs(out_dir: Path, ds: Any, predictions: dict[str, Any], main: str, split: str,
-                      metrics: dict[str, Any]) -> None:
+def write_run_outputs(
+    out_dir: Path, ds: Any, predictions: dict[str, Any], main: str, split: str, metrics: dict[str, Any]
+) -> None:
     """The files ``xtransformer.ensemble`` and the sweep aggregator read from a run folder:
     ``predictions/{split}.npz`` is the main method's, ``predictions/{method}/{split}.npz`` each one's."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from xtransformer import methods as registry
 from xtransformer.context import TrainerConfig
 from xtransformer.data import DataConfig
 from xtransformer.ensemble import METHODS as ENSEMBLE_METHODS
-from xtransformer import methods as registry
 from xtransformer.methods import method_class
 from xtransformer.settings import Settings, SettingsError, run_field
 
@@ -59,16 +60,20 @@ class RunSettings:
 
     def stage_keys(self, data_key: str, n_labels: int) -> dict[str, dict[str, Any]]:
         """Every stage key of every method this run trains, from the settings alone."""
-        return {name: method_class(name).stage_keys(record, data_key, n_labels, self.trainer)
-                for name, record in self.methods.items()}
+        return {
+            name: method_class(name).stage_keys(record, data_key, n_labels, self.trainer)
+            for name, record in self.methods.items()
+        }
 
     def records(self) -> dict[str, Any]:
         """``{"train": {group: record}, "predict": {group: record}}`` of every group this run reads."""
         groups: dict[str, Settings] = {"trainer": self.trainer}
         for record in self.methods.values():
             groups |= {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-        return {"train": {k: v.training_settings() for k, v in groups.items()},
-                "predict": {k: v.prediction_settings() for k, v in groups.items() if v.prediction_settings()}}
+        return {
+            "train": {k: v.training_settings() for k, v in groups.items()},
+            "predict": {k: v.prediction_settings() for k, v in groups.items() if v.prediction_settings()},
+        }
 
 
 @dataclass
@@ -98,15 +103,31 @@ class _TopLevel(Settings):
         key = "combine_with_baseline" if self.combine_with_baseline != "unset" else "combine_with_xrlinear"
         if self.combine_with_xrlinear not in (None, *ENSEMBLE_METHODS):
             raise self.bad(key, f"expected one of {[*ENSEMBLE_METHODS, None]}")
-        if not (isinstance(self.combine_weight, (int, float)) and not isinstance(self.combine_weight, bool)
-                and 0.0 < self.combine_weight < 1.0):
-            raise self.bad("combine_weight", "must be a number in (0, 1): the main method's share, XR-Linear gets the rest")
+        if not (
+            isinstance(self.combine_weight, (int, float))
+            and not isinstance(self.combine_weight, bool)
+            and 0.0 < self.combine_weight < 1.0
+        ):
+            raise self.bad(
+                "combine_weight", "must be a number in (0, 1): the main method's share, XR-Linear gets the rest"
+            )
         if self.model_scale not in ("full", "small"):
             raise self.bad("model_scale", "expected 'full' or 'small'")
 
 
-GROUPS = ("data", "tfidf", "indexing", "matcher", "ranker", "xrlinear", "xrtransformer", "trainer", "logger",
-          "paths", "hydra")
+GROUPS = (
+    "data",
+    "tfidf",
+    "indexing",
+    "matcher",
+    "ranker",
+    "xrlinear",
+    "xrtransformer",
+    "trainer",
+    "logger",
+    "paths",
+    "hydra",
+)
 
 
 def groups(plain: Mapping[str, Any]) -> set[str]:
@@ -120,10 +141,11 @@ def groups(plain: Mapping[str, Any]) -> set[str]:
 
 def plain_config(cfg: DictConfig) -> dict[str, Any]:
     """The config resolved to plain values; a missing (``???``) or unresolvable value fails naming its key."""
+
     def walk(node: Any, where: str) -> Any:
         if isinstance(node, DictConfig):
             out = {}
-            for key in node.keys():
+            for key in node:
                 path = f"{where}.{key}" if where else str(key)
                 try:
                     if OmegaConf.is_missing(node, key):
@@ -149,21 +171,27 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
     names = (["xrlinear"] if top.train_xrlinear and top.method != "xrlinear" else []) + [top.method]
     paths = plain.get("paths") or {}
     return RunSettings(
-        method=top.method, seed=top.seed, cache=top.cache, train_xrlinear=top.train_xrlinear,
-        combine_with_xrlinear=top.combine_with_xrlinear, combine_weight=float(top.combine_weight),
+        method=top.method,
+        seed=top.seed,
+        cache=top.cache,
+        train_xrlinear=top.train_xrlinear,
+        combine_with_xrlinear=top.combine_with_xrlinear,
+        combine_weight=float(top.combine_weight),
         data=DataConfig.from_mapping(plain.get("data") or {}),
         # `auto` made concrete here, so the records, cache keys and Lightning all see what runs
-        trainer=trainer.resolved(), lightning=lightning,
+        trainer=trainer.resolved(),
+        lightning=lightning,
         methods={name: method_settings(name, plain) for name in names},
-        cache_dir=str(paths.get("cache_dir", "")), output_dir=str(paths.get("output_dir", "")),
+        cache_dir=str(paths.get("cache_dir", "")),
+        output_dir=str(paths.get("output_dir", "")),
     )
 
 
 def compose_settings(*overrides: str) -> RunSettings:
     """The settings ``python train.py OVERRIDES`` would run with, for the Python API::
 
-        s = compose_settings("method=xrtransformer", "data=eurlex57k")
-        XRTransformer.fit(texts, labels, s.main, context=TrainContext(trainer=s.trainer, lightning=s.lightning))
+    s = compose_settings("method=xrtransformer", "data=eurlex57k")
+    XRTransformer.fit(texts, labels, s.main, context=TrainContext(trainer=s.trainer, lightning=s.lightning))
     """
     from hydra import compose, initialize_config_dir
 

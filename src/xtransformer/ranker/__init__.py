@@ -1,16 +1,16 @@
 """Linear rankers: negatives (TFN/MAN), batched OVA solver, XR-Linear and its forests, post-processors."""
 
-from xtransformer.ranker.train import ranker_features, train_ranker
 from xtransformer.ranker.config import HierarchicalLinearConfig, RankerConfig
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.features import concat_features
-from xtransformer.ranker.hierarchical import HierarchicalLinear, level_targets
 from xtransformer.ranker.forest import LinearForest, load_tree_model
+from xtransformer.ranker.hierarchical import HierarchicalLinear, level_targets
 from xtransformer.ranker.level import LinearLevel
 from xtransformer.ranker.linear import LinearRanker
 from xtransformer.ranker.negatives import SCHEMES, binarize, negative_mask, tfn_mask
 from xtransformer.ranker.postprocess import POST_PROCESSORS, PostProcessor, get_post_processor
 from xtransformer.ranker.solver import SolverParams
+from xtransformer.ranker.train import ranker_features, train_ranker
 from xtransformer.topk import topk_csr
 
 __all__ = [
@@ -36,4 +36,3 @@ __all__ = [
     "topk_csr",
     "train_ranker",
 ]
-

@@ -11,6 +11,7 @@ vectorised over tasks, rows and nonzeros, or a compiled loop (``kernels.block_co
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -72,7 +73,9 @@ def make_groups(C: sp.csr_matrix, M: sp.csr_matrix) -> TaskGroups:
     A.sort_indices()
     Mg = Mg.tocsc()
     Mg.sort_indices()
-    return TaskGroups(A.indptr.astype(np.int64), A.indices.astype(np.int64), Mg.indptr.astype(np.int64), Mg.indices.astype(np.int64))
+    return TaskGroups(
+        A.indptr.astype(np.int64), A.indices.astype(np.int64), Mg.indptr.astype(np.int64), Mg.indices.astype(np.int64)
+    )
 
 
 def plan_batches(groups: TaskGroups, row_nnz: np.ndarray, min_nnz: int) -> list[np.ndarray]:
@@ -130,7 +133,9 @@ def build_block(X: sp.csr_matrix, Y: sp.csr_matrix, groups: TaskGroups, batch: n
     n_lab = groups.n_labels[batch]
     n = int(n_lab.max())
     slot_label = np.full((T, n), -1, dtype=np.int64)
-    slot_label[np.repeat(np.arange(T), n_lab), ranges(np.zeros(T), n_lab)] = groups.labels[ranges(groups.label_ptr[batch], n_lab)]
+    slot_label[np.repeat(np.arange(T), n_lab), ranges(np.zeros(T), n_lab)] = groups.labels[
+        ranges(groups.label_ptr[batch], n_lab)
+    ]
     return BlockData(rows, row_len, col_len, col_feature, slot_label, _targets(Y[rows], row_task, slot_label))
 
 

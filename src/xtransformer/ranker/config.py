@@ -50,8 +50,12 @@ class RankerConfig(Settings):
     batch_nnz: int = 500_000  # clusters with fewer nonzeros of X are solved together in one block
 
     def check(self) -> None:
-        for key, choices in (("features", FEATURES), ("negatives", NEGATIVES), ("loss", LOSSES),
-                             ("post_processor", POST_PROCESSORS)):
+        for key, choices in (
+            ("features", FEATURES),
+            ("negatives", NEGATIVES),
+            ("loss", LOSSES),
+            ("post_processor", POST_PROCESSORS),
+        ):
             if getattr(self, key) not in choices:
                 raise self.bad(key, f"expected one of {list(choices)}")
         for key in ("Cp", "Cn", "eps"):

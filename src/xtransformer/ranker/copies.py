@@ -46,7 +46,7 @@ class LabelCopies:
         self.label_of = np.asarray(self.label_of, dtype=np.int64)
 
     @classmethod
-    def of(cls, C: sp.spmatrix, merge: str = "max") -> tuple["LabelCopies | None", sp.csr_matrix]:
+    def of(cls, C: sp.spmatrix, merge: str = "max") -> tuple[LabelCopies | None, sp.csr_matrix]:
         """The copies of ``C`` and their one-cluster-per-row matrix ``C_copies`` (``P x K``).
 
         ``(None, C)`` when ``C`` is a partition: nothing to copy, nothing to merge.
@@ -98,9 +98,18 @@ class LabelCopies:
             raise RankerError(f"label copies: k must be >= 1, got {k!r}")
         n = len(c.doc)
         out_doc, out_label, out_score = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.float32)
-        kept = merge_copies(c.doc.astype(np.int64, copy=False), c.item.astype(np.int64, copy=False),
-                            c.score.astype(np.float32, copy=False), self.label_of, self.n_labels, k,
-                            self.merge == "mean", out_doc, out_label, out_score)
+        kept = merge_copies(
+            c.doc.astype(np.int64, copy=False),
+            c.item.astype(np.int64, copy=False),
+            c.score.astype(np.float32, copy=False),
+            self.label_of,
+            self.n_labels,
+            k,
+            self.merge == "mean",
+            out_doc,
+            out_label,
+            out_score,
+        )
         return Candidates(out_doc[:kept], out_label[:kept], out_score[:kept], c.n_docs)
 
     def merge_scores(self, S: sp.spmatrix, k: int) -> sp.csr_matrix:
@@ -115,7 +124,7 @@ class LabelCopies:
         save_json({"n_labels": self.n_labels, "merge": self.merge}, folder / "copies.json")
 
     @classmethod
-    def load(cls, folder: Path) -> "LabelCopies | None":
+    def load(cls, folder: Path) -> LabelCopies | None:
         """The copies saved in ``folder``; ``None`` when the model has none (a partition)."""
         if not (folder / "copies.json").is_file():
             return None

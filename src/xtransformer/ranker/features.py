@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+
 from xtransformer.ranker.errors import RankerError
 from xtransformer.utils.rows import unit_rows
 

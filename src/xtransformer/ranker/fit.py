@@ -20,11 +20,15 @@ from xtransformer.utils.memory import release_free_memory
 
 log = logging.getLogger(__name__)
 
-MAX_SLOTS = 64  # labels solved in lockstep; one row visit serves them all (EURLEX57K training, same hour: 16 slots 74 s, 48: 52 s, 64: 44 s)
+# labels solved in lockstep; one row visit serves them all (EURLEX57K training, same hour: 16 slots 74 s,
+# 48: 52 s, 64: 44 s)
+MAX_SLOTS = 64
 
 
 def solver_params(cfg: RankerConfig) -> SolverParams:
-    return SolverParams(loss=cfg.loss, Cp=cfg.Cp, Cn=cfg.Cn, eps=cfg.eps, max_iter=cfg.max_iter, max_cg_iter=cfg.max_cg_iter)
+    return SolverParams(
+        loss=cfg.loss, Cp=cfg.Cp, Cn=cfg.Cn, eps=cfg.eps, max_iter=cfg.max_iter, max_cg_iter=cfg.max_cg_iter
+    )
 
 
 @dataclass
@@ -103,8 +107,9 @@ class BlockTrainer:
         self.parts: list[list[Kept]] = [[] for _ in range(n_tags)]
 
     def submit(self, X: sp.csr_matrix, bd: BlockData, bias: float, tag: int = 0) -> None:
-        block = Block.from_rows(X, bd, bias, self.params.Cp, self.params.Cn,
-                                materialise=self.params.loss != "squared_hinge")
+        block = Block.from_rows(
+            X, bd, bias, self.params.Cp, self.params.Cn, materialise=self.params.loss != "squared_hinge"
+        )
         n = bd.Y.shape[1]
         bounds = np.linspace(0, n, -(-n // self.slots) + 1).round().astype(int)  # even chunks
         for j0, j1 in zip(bounds[:-1], bounds[1:]):  # loop over label chunks of one block (a few per cluster)
@@ -115,20 +120,24 @@ class BlockTrainer:
                 for fut in done:
                     self._collect(self.pending.pop(fut), fut)
 
-    def _solve(self, bd: BlockData, block: Block, cols: slice) -> tuple["Kept", SolveStats]:
+    def _solve(self, bd: BlockData, block: Block, cols: slice) -> tuple[Kept, SolveStats]:
         kept = solve_block(block, self.params, self.threshold)  # each label's weights: one run, no padding slot
         labels = bd.slot_label[:, cols][bd.col_task[kept.col], kept.slot]  # per kept weight only: no Fb x n table
         starts = run_starts(labels)
         # held until the level's matrix is built: features int32 (F < 2^31), labels as runs
-        return Kept(bd.col_feature[kept.col].astype(np.int32), labels[starts].astype(np.int32),
-                    np.diff(starts, append=len(labels)), kept.val), block.stats
+        return Kept(
+            bd.col_feature[kept.col].astype(np.int32),
+            labels[starts].astype(np.int32),
+            np.diff(starts, append=len(labels)),
+            kept.val,
+        ), block.stats
 
     def _collect(self, tag: int, fut) -> None:
         kept, stats = fut.result()
         self.parts[tag].append(kept)
         self.stats[tag].add(stats)
 
-    def finish(self) -> list[list["Kept"]]:
+    def finish(self) -> list[list[Kept]]:
         """Wait for every chunk; the kept weights of each chunk, by tag."""
         try:
             for fut in list(self.pending):
@@ -178,7 +187,8 @@ def _weights_csc(parts: list[Kept], n_rows: int, n_labels: int) -> sp.csc_matrix
     return W
 
 
-def train_level(X: sp.csr_matrix, spec: LevelSpec, params: SolverParams, bias: float, threshold: float,
-                batch_nnz: int, threads: int) -> tuple[LinearLevel, dict]:
+def train_level(
+    X: sp.csr_matrix, spec: LevelSpec, params: SolverParams, bias: float, threshold: float, batch_nnz: int, threads: int
+) -> tuple[LinearLevel, dict]:
     """Train every label of ``spec.C`` on the rows its cluster selects in ``spec.mask``."""
     return train_levels(X, [spec], params, bias, threshold, batch_nnz, threads)[0]

@@ -13,8 +13,8 @@ the pipeline and model folders hold either; :func:`load_tree_model` reads whiche
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -46,7 +46,7 @@ class LinearForest:
         for t in self.trees:
             t.config = value
 
-    def __copy__(self) -> "LinearForest":
+    def __copy__(self) -> LinearForest:
         # the model folder's predictor gives each call a shallow copy with its own config
         import copy
 
@@ -73,14 +73,22 @@ class LinearForest:
     def train_stats(self) -> list[list[dict]]:
         return [t.train_stats for t in self.trees]
 
-    def predict(self, X: sp.spmatrix | np.ndarray, beam_size: int | None = None, topk: int | None = None,
-                post_processor: str | None = None, matcher_weight: float | None = None) -> sp.csr_matrix:
+    def predict(
+        self,
+        X: sp.spmatrix | np.ndarray,
+        beam_size: int | None = None,
+        topk: int | None = None,
+        post_processor: str | None = None,
+        matcher_weight: float | None = None,
+    ) -> sp.csr_matrix:
         """Mean of the trees' top-``topk`` label scores (csr ``N x L``), its top ``topk`` kept."""
         from xtransformer.ensemble import ensemble_predictions
 
         topk = topk or self.config.topk
-        preds = [t.predict(X, beam_size=beam_size, topk=topk, post_processor=post_processor,
-                           matcher_weight=matcher_weight) for t in self.trees]
+        preds = [
+            t.predict(X, beam_size=beam_size, topk=topk, post_processor=post_processor, matcher_weight=matcher_weight)
+            for t in self.trees
+        ]
         return ensemble_predictions(preds, "average", topk)
 
     def save(self, path: str | Path) -> None:
@@ -90,7 +98,7 @@ class LinearForest:
             save_json({"model": "LinearForest", "n_trees": len(self.trees)}, tmp / "model.json")
 
     @classmethod
-    def load(cls, path: str | Path) -> "LinearForest":
+    def load(cls, path: str | Path) -> LinearForest:
         path = Path(path)
         meta = load_model_meta(path, "model.json", "LinearForest")
         return cls([HierarchicalLinear.load(path / f"tree_{i}") for i in range(int(meta["n_trees"]))])

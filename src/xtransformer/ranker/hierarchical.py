@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,8 +41,13 @@ log = logging.getLogger(__name__)
 class HierarchicalLinear:
     """The TF-IDF-only hierarchical linear model (the project's linear baseline)."""
 
-    def __init__(self, levels: list[LinearLevel], config: HierarchicalLinearConfig, train_stats: list[dict] | None = None,
-                 copies: LabelCopies | None = None):
+    def __init__(
+        self,
+        levels: list[LinearLevel],
+        config: HierarchicalLinearConfig,
+        train_stats: list[dict] | None = None,
+        copies: LabelCopies | None = None,
+    ):
         self.levels = levels
         self.config = config
         self.train_stats = train_stats or []
@@ -77,7 +82,7 @@ class HierarchicalLinear:
         chain: Sequence[sp.spmatrix],
         cfg: HierarchicalLinearConfig | None = None,
         merge: str = "max",
-    ) -> "HierarchicalLinear":
+    ) -> HierarchicalLinear:
         """Train every level of ``chain`` on ``X`` (``N x F``) and labels ``Y`` (``N x L``).
 
         A label in several leaf clusters trains one copy per cluster; ``merge`` (``max`` | ``mean``)
@@ -91,7 +96,13 @@ class HierarchicalLinear:
         params = solver_params(cfg)
         post = get_post_processor(cfg.post_processor)
         train = functools.partial(
-            train_levels, X, params=params, bias=cfg.bias, threshold=cfg.threshold, batch_nnz=cfg.batch_nnz, threads=cfg.n_threads
+            train_levels,
+            X,
+            params=params,
+            bias=cfg.bias,
+            threshold=cfg.threshold,
+            batch_nnz=cfg.batch_nnz,
+            threads=cfg.n_threads,
         )
         root = Candidates.root(X.shape[0], post.root_score)
         if "man" not in cfg.negatives:
@@ -136,8 +147,9 @@ class HierarchicalLinear:
         copies = self.levels[-1].score(X, beam, post, self.copies.search_width(topk), self.config.n_threads)
         return self.copies.merge_topk(copies, topk).to_csr(self.n_labels)
 
-    def predict_clusters(self, X: sp.spmatrix | np.ndarray, beam_size: int | None = None,
-                         post_processor: str | None = None) -> sp.csr_matrix:
+    def predict_clusters(
+        self, X: sp.spmatrix | np.ndarray, beam_size: int | None = None, post_processor: str | None = None
+    ) -> sp.csr_matrix:
         """The leaf clusters the beam search reaches (csr ``N x K``, path scores): the matching
         matrix label disentanglement counts from."""
         X = as_features(X)
@@ -161,16 +173,26 @@ class HierarchicalLinear:
             if self.copies is not None:
                 self.copies.save(tmp / COPIES_DIR)
             save_json(
-                {"model": "HierarchicalLinear", "depth": len(self.levels), "config": self.config.to_dict(), "train_stats": self.train_stats},
+                {
+                    "model": "HierarchicalLinear",
+                    "depth": len(self.levels),
+                    "config": self.config.to_dict(),
+                    "train_stats": self.train_stats,
+                },
                 tmp / "model.json",
             )
 
     @classmethod
-    def load(cls, path: str | Path) -> "HierarchicalLinear":
+    def load(cls, path: str | Path) -> HierarchicalLinear:
         path = Path(path)
         meta = load_model_meta(path, "model.json", "HierarchicalLinear")
         levels = [load_level(path / f"level_{d}") for d in range(int(meta["depth"]))]
-        return cls(levels, HierarchicalLinearConfig(**meta["config"]), meta.get("train_stats"), LabelCopies.load(path / COPIES_DIR))
+        return cls(
+            levels,
+            HierarchicalLinearConfig(**meta["config"]),
+            meta.get("train_stats"),
+            LabelCopies.load(path / COPIES_DIR),
+        )
 
 
 def level_targets(Y: sp.csr_matrix, chain: Sequence[sp.csr_matrix]) -> list[sp.csr_matrix]:
@@ -207,5 +229,7 @@ def _check_chain(chain: Sequence[sp.spmatrix], Y: sp.spmatrix, X: sp.csr_matrix)
     except IndexingError as err:
         raise RankerError(f"hierarchical linear: {err}") from None
     if mats[-1].shape[0] != Y.shape[1]:
-        raise RankerError(f"hierarchical linear: chain[-1] has {mats[-1].shape[0]} rows but `Y` has {Y.shape[1]} labels")
+        raise RankerError(
+            f"hierarchical linear: chain[-1] has {mats[-1].shape[0]} rows but `Y` has {Y.shape[1]} labels"
+        )
     return [binarize(C) for C in mats]

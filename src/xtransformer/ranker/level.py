@@ -34,7 +34,7 @@ class LinearLevel:
     _W: sp.csc_matrix | sp.csr_matrix | None
     C: sp.csr_matrix
     bias: float
-    _scorer: "PairScorer | None" = field(default=None, repr=False)
+    _scorer: PairScorer | None = field(default=None, repr=False)
 
     @property
     def W(self) -> sp.csc_matrix | sp.csr_matrix:
@@ -58,7 +58,7 @@ class LinearLevel:
     def _shape(self) -> tuple[int, int]:
         return self._W.shape if self._W is not None else (self._scorer.F1, self._scorer.n_labels)
 
-    def keep_layout_only(self) -> "LinearLevel":
+    def keep_layout_only(self) -> LinearLevel:
         """Drop ``W`` once the scoring layout holds it (a level where each label sits in one
         cluster: the layout then holds every weight once)."""
         if self._get_scorer().hard:
@@ -74,7 +74,7 @@ class LinearLevel:
             self._scorer = PairScorer(self.W, self.C, self.bias)
         return self._scorer
 
-    def prepare(self) -> "LinearLevel":
+    def prepare(self) -> LinearLevel:
         """Build the scoring layout now (a loaded model's first prediction is then as fast as the next)."""
         self._get_scorer()
         return self
@@ -102,7 +102,9 @@ class LinearLevel:
             if hard:
                 return best_labels(doc, final, labels, parents.n_docs, keep)
             valid = labels >= 0  # a label under several kept clusters: keep its best score once
-            c = Candidates(np.broadcast_to(doc[:, None], labels.shape)[valid], labels[valid], final[valid], parents.n_docs)
+            c = Candidates(
+                np.broadcast_to(doc[:, None], labels.shape)[valid], labels[valid], final[valid], parents.n_docs
+            )
             return topk(dedupe_max(c), keep)
 
         if threads > 1 and len(chunks) > 1:
@@ -120,8 +122,15 @@ def best_labels(doc: np.ndarray, score: np.ndarray, label: np.ndarray, n_docs: i
         raise RankerError(f"ranker: keep must be >= 1, got {k!r}")
     n = min(len(doc) * label.shape[1], k * len(doc))  # at most k a document, and no more than the cells
     out_doc, out_label, out_score = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.float32)
-    kept = select_topk(doc.astype(np.int64, copy=False), score.astype(np.float32, copy=False),
-                       label.astype(np.int64, copy=False), k, out_doc, out_label, out_score)
+    kept = select_topk(
+        doc.astype(np.int64, copy=False),
+        score.astype(np.float32, copy=False),
+        label.astype(np.int64, copy=False),
+        k,
+        out_doc,
+        out_label,
+        out_score,
+    )
     return Candidates(out_doc[:kept], out_label[:kept], out_score[:kept], n_docs)
 
 

@@ -26,8 +26,13 @@ from xtransformer.utils.io import atomic_dir, is_complete, load_json, save_json
 class LinearRanker:
     """Single-level OVA rankers over an external shortlist (the neural matcher's top-b clusters)."""
 
-    def __init__(self, level: LinearLevel, config: RankerConfig, train_stats: dict | None = None,
-                 copies: LabelCopies | None = None):
+    def __init__(
+        self,
+        level: LinearLevel,
+        config: RankerConfig,
+        train_stats: dict | None = None,
+        copies: LabelCopies | None = None,
+    ):
         self.level = level
         self.config = config
         self.train_stats = train_stats or {}
@@ -35,9 +40,14 @@ class LinearRanker:
 
     @classmethod
     def train(
-        cls, X: sp.spmatrix | np.ndarray, Y: sp.spmatrix, C: sp.spmatrix, negatives: sp.spmatrix, cfg: RankerConfig,
+        cls,
+        X: sp.spmatrix | np.ndarray,
+        Y: sp.spmatrix,
+        C: sp.spmatrix,
+        negatives: sp.spmatrix,
+        cfg: RankerConfig,
         merge: str = "max",
-    ) -> "LinearRanker":
+    ) -> LinearRanker:
         """Train a weight vector per label of ``C`` (``L x K``) on the rows of ``negatives`` (``N x K`` mask).
 
         A label in several clusters of ``C`` trains one copy per cluster, on that cluster's rows;
@@ -98,13 +108,21 @@ class LinearRanker:
             save_level(self.level, tmp)
             if self.copies is not None:
                 self.copies.save(tmp / COPIES_DIR)
-            save_json({"model": "LinearRanker", "config": self.config.to_dict(), "train_stats": self.train_stats}, tmp / "ranker.json")
+            save_json(
+                {"model": "LinearRanker", "config": self.config.to_dict(), "train_stats": self.train_stats},
+                tmp / "ranker.json",
+            )
 
     @classmethod
-    def load(cls, path: str | Path) -> "LinearRanker":
+    def load(cls, path: str | Path) -> LinearRanker:
         path = Path(path)
         meta = load_model_meta(path, "ranker.json", "LinearRanker")
-        return cls(load_level(path), RankerConfig(**meta["config"]), meta.get("train_stats"), LabelCopies.load(path / COPIES_DIR))
+        return cls(
+            load_level(path),
+            RankerConfig(**meta["config"]),
+            meta.get("train_stats"),
+            LabelCopies.load(path / COPIES_DIR),
+        )
 
 
 def check_training_inputs(

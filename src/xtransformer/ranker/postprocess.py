@@ -20,8 +20,8 @@ The ``log-`` variants rank exactly like their products but give non-positive sco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -58,8 +58,9 @@ class PairScorer:
         np.cumsum(count, out=self.feat_ptr[1:])
         self.rows = np.empty((int(self.feat_ptr[-1]) + 1, 2), dtype=idx)
         self.entries = np.empty((n_entries, 2), dtype=np.float32)  # (weight, slot): slots < 2^24 are exact
-        layout_fill(Wr.indptr, Wr.indices, Wr.data, lab_ptr, lab_k, lab_j, self.K, self.feat_ptr, self.rows,
-                    self.entries)
+        layout_fill(
+            Wr.indptr, Wr.indices, Wr.data, lab_ptr, lab_k, lab_j, self.K, self.feat_ptr, self.rows, self.entries
+        )
         # a small, not too sparse level (few labels, e.g. the top of the tree) is also kept as a
         # dense F x L array: when the beams cover most of its clusters, one csr @ dense product
         # scores them fastest (C order: scipy's csr @ dense copies a Fortran-ordered operand on
@@ -84,8 +85,9 @@ class PairScorer:
         cluster = np.repeat(self.rows[:-1, 0].astype(np.int64), per_row)
         label = self.slot_label[cluster, self.entries[:, 1].astype(np.int64)]
         indptr = self.rows[self.feat_ptr, 1].astype(np.int64)
-        W = sp.csr_matrix((self.entries[:, 0].copy(), label.astype(self.rows.dtype), indptr),
-                          shape=(self.F1, self.n_labels))
+        W = sp.csr_matrix(
+            (self.entries[:, 0].copy(), label.astype(self.rows.dtype), indptr), shape=(self.F1, self.n_labels)
+        )
         W.sort_indices()
         return W
 
@@ -101,13 +103,26 @@ class PairScorer:
             if self.bias > 0:
                 full += np.float32(self.bias) * self.W_dense[F]
             slots = self.slot_label[node]
-            out = full[np.repeat(np.arange(len(starts)), np.diff(starts, append=len(doc)))[:, None], np.maximum(slots, 0)]
+            out = full[
+                np.repeat(np.arange(len(starts)), np.diff(starts, append=len(doc)))[:, None], np.maximum(slots, 0)
+            ]
             out[slots < 0] = 0.0
             return out
         out = np.zeros((len(doc), self.n_max), dtype=np.float32)
-        pair_scores(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int32, copy=False), X.data,
-                    doc.astype(np.int64, copy=False), node.astype(np.int64, copy=False), self.feat_ptr, self.rows,
-                    self.entries, self.F1 - 1, np.float32(self.bias), self.K, out)
+        pair_scores(
+            X.indptr.astype(np.int64, copy=False),
+            X.indices.astype(np.int32, copy=False),
+            X.data,
+            doc.astype(np.int64, copy=False),
+            node.astype(np.int64, copy=False),
+            self.feat_ptr,
+            self.rows,
+            self.entries,
+            self.F1 - 1,
+            np.float32(self.bias),
+            self.K,
+            out,
+        )
         return out
 
 

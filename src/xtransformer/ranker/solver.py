@@ -67,7 +67,7 @@ class SolveStats:
     problems: int = 0
     converged: int = 0
 
-    def add(self, other: "SolveStats") -> None:
+    def add(self, other: SolveStats) -> None:
         for k in vars(self):
             setattr(self, k, getattr(self, k) + getattr(other, k))
 
@@ -102,47 +102,80 @@ class Block:
     _cost: np.ndarray | None = field(default=None, repr=False)
 
     @classmethod
-    def from_rows(cls, source: sp.csr_matrix, layout: BlockData, bias: float, Cp: float, Cn: float,
-                  materialise: bool = False) -> "Block":
+    def from_rows(
+        cls, source: sp.csr_matrix, layout: BlockData, bias: float, Cp: float, Cn: float, materialise: bool = False
+    ) -> Block:
         """The block whose rows, columns per task and targets ``layout`` names, over ``source``."""
-        rows, row_len, col_len, col_feature, Y = layout.rows, layout.row_len, layout.col_len, layout.col_feature, layout.Y
+        rows, row_len, col_len, col_feature, Y = (
+            layout.rows,
+            layout.row_len,
+            layout.col_len,
+            layout.col_feature,
+            layout.Y,
+        )
         if len(rows) != int(row_len.sum()) or len(col_feature) != int(col_len.sum()) or Y.shape[0] != len(rows):
             raise RankerError(
                 f"solver block: inconsistent shapes rows {len(rows)} / {int(row_len.sum())}, "
                 f"cols {len(col_feature)} / {int(col_len.sum())}, Y {Y.shape}"
             )
         block = cls(
-            source=source, n_features=source.shape[1], rows=np.asarray(rows, np.int64),
-            col_feature=np.asarray(col_feature, np.int64), bias=float(bias),
-            Y=np.ascontiguousarray(Y if Y.dtype == np.int8 else np.sign(Y), dtype=np.int8), Cp=float(Cp), Cn=float(Cn),
-            row_len=np.asarray(row_len, dtype=np.int64), col_len=np.asarray(col_len, dtype=np.int64),
+            source=source,
+            n_features=source.shape[1],
+            rows=np.asarray(rows, np.int64),
+            col_feature=np.asarray(col_feature, np.int64),
+            bias=float(bias),
+            Y=np.ascontiguousarray(Y if Y.dtype == np.int8 else np.sign(Y), dtype=np.int8),
+            Cp=float(Cp),
+            Cn=float(Cn),
+            row_len=np.asarray(row_len, dtype=np.int64),
+            col_len=np.asarray(col_len, dtype=np.int64),
         )
         if materialise:
-            indptr, indices, data = gather_block(source.indptr, source.indices, source.data, block.n_features,
-                                                 block.rows, block.row_len, block.col_feature, block.col_len,
-                                                 np.float32(block.bias))
+            indptr, indices, data = gather_block(
+                source.indptr,
+                source.indices,
+                source.data,
+                block.n_features,
+                block.rows,
+                block.row_len,
+                block.col_feature,
+                block.col_len,
+                np.float32(block.bias),
+            )
             block.X = sp.csr_matrix((data, indices, indptr), shape=(len(rows), len(col_feature)))
             block.X.has_sorted_indices = source.has_sorted_indices  # columns keep the source's order
         return block
 
     @classmethod
     def from_scipy(
-        cls, Xb: sp.csr_matrix, row_len: np.ndarray, col_len: np.ndarray, Y: np.ndarray, Cp: float = 1.0, Cn: float = 1.0
-    ) -> "Block":
+        cls,
+        Xb: sp.csr_matrix,
+        row_len: np.ndarray,
+        col_len: np.ndarray,
+        Y: np.ndarray,
+        Cp: float = 1.0,
+        Cn: float = 1.0,
+    ) -> Block:
         """A block from its matrix (``R x Fb``, bias column included): its own source."""
         if Xb.shape != (int(row_len.sum()), int(col_len.sum())):
-            raise RankerError(f"solver block: X {Xb.shape} does not match rows {int(row_len.sum())}, cols {int(col_len.sum())}")
+            raise RankerError(
+                f"solver block: X {Xb.shape} does not match rows {int(row_len.sum())}, cols {int(col_len.sum())}"
+            )
         Xb = _f32_csr(Xb)
-        layout = BlockData(np.arange(Xb.shape[0]), row_len, col_len, np.arange(Xb.shape[1]),
-                           np.zeros((len(row_len), 0), np.int64), Y)
+        layout = BlockData(
+            np.arange(Xb.shape[0]), row_len, col_len, np.arange(Xb.shape[1]), np.zeros((len(row_len), 0), np.int64), Y
+        )
         block = cls.from_rows(Xb, layout, 0.0, Cp, Cn)
         block.X = Xb
         return block
 
-    def columns(self, cols: slice | np.ndarray, share_stats: bool = False) -> "Block":
+    def columns(self, cols: slice | np.ndarray, share_stats: bool = False) -> Block:
         """The same tasks and matrices restricted to label slots ``cols``."""
         return replace(
-            self, Y=np.ascontiguousarray(self.Y[:, cols]), _cost=None, stats=self.stats if share_stats else SolveStats(),
+            self,
+            Y=np.ascontiguousarray(self.Y[:, cols]),
+            _cost=None,
+            stats=self.stats if share_stats else SolveStats(),
         )
 
     @property
@@ -201,7 +234,11 @@ def _segment_sum(A: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     if len(lengths) == 1:
         return A.sum(0, keepdims=True)
     starts = np.cumsum(lengths) - lengths
-    out = np.add.reduceat(A, np.minimum(starts, max(len(A) - 1, 0)), axis=0) if len(A) else np.zeros((len(lengths),) + A.shape[1:], A.dtype)
+    out = (
+        np.add.reduceat(A, np.minimum(starts, max(len(A) - 1, 0)), axis=0)
+        if len(A)
+        else np.zeros((len(lengths),) + A.shape[1:], A.dtype)
+    )
     out[lengths == 0] = 0  # reduceat gives the next element for an empty segment
     return out
 
@@ -219,7 +256,7 @@ class _LossState:
     dz: np.ndarray  # R x n, d loss / d z
     curv: np.ndarray  # R x n, d^2 loss / d z^2 (generalised for the squared hinge)
 
-    def take(self, keep: np.ndarray) -> "_LossState":
+    def take(self, keep: np.ndarray) -> _LossState:
         return _LossState(self.value[:, keep], self.dz[:, keep], self.curv[:, keep])
 
 
@@ -301,10 +338,24 @@ def _solve_dual_cd(block: Block, params: SolverParams, threshold: float) -> Solv
     S, n = block.source, block.Y.shape[1]
     passes = np.zeros((block.n_tasks, n), dtype=np.int64)
     col, slot, val = dual_cd_squared_hinge(
-        S.indptr, S.indices, S.data, block.n_features, block.rows, block.row_len, block.col_feature, block.col_len,
-        np.float32(block.bias), block.Y, float(block.Cp), float(block.Cn), float(params.eps), int(params.max_iter),
+        S.indptr,
+        S.indices,
+        S.data,
+        block.n_features,
+        block.rows,
+        block.row_len,
+        block.col_feature,
+        block.col_len,
+        np.float32(block.bias),
+        block.Y,
+        float(block.Cp),
+        float(block.Cn),
+        float(params.eps),
+        int(params.max_iter),
         int(params.seed),
-        float(threshold), passes)
+        float(threshold),
+        passes,
+    )
     is_problem = _is_problem(block)
     block.stats.problems += int(is_problem.sum())
     block.stats.converged += int((is_problem & (passes < params.max_iter)).sum())
@@ -429,8 +480,9 @@ class _Point(NamedTuple):
     wTw: np.ndarray
 
 
-def _line_search(block: Block, point: _Point, S: np.ndarray, XS: np.ndarray, active: np.ndarray,
-                 loss: str) -> tuple[np.ndarray, np.ndarray]:
+def _line_search(
+    block: Block, point: _Point, S: np.ndarray, XS: np.ndarray, active: np.ndarray, loss: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-problem Armijo backtracking along ``S`` (``XS = X S``) from step 1; step 0 where it
     fails or the problem is inactive."""
     W, Z, G, fval, wTw = point

@@ -30,7 +30,12 @@ import numpy as np
 from xtransformer.suite.paper_rows import _sort_value, assign_config_ids
 from xtransformer.suite.report import DEFAULT_METRICS, PLOT_METRICS, to_markdown, write_report
 from xtransformer.suite.runs import (
-    DEFAULT_IGNORE, AggregateError, AggregateWarning, _require_runs, config_keys, scan_runs,
+    DEFAULT_IGNORE,
+    AggregateError,
+    AggregateWarning,
+    _require_runs,
+    config_keys,
+    scan_runs,
 )
 
 # --------------------------------------------------------------------------- aggregation
@@ -70,8 +75,11 @@ def aggregate(
         seeds = [m.get("seed") for m in members]
         repeated = sorted({s for s in seeds if s is not None and seeds.count(s) > 1})
         if repeated and group_by is None:  # an explicit group_by merges configurations on purpose
-            warnings.warn(f"configuration {config} has several runs with seed(s) {repeated}: all are averaged",
-                          AggregateWarning, stacklevel=2)
+            warnings.warn(
+                f"configuration {config} has several runs with seed(s) {repeated}: all are averaged",
+                AggregateWarning,
+                stacklevel=2,
+            )
         out.append(_summarise(config, members, metrics))
     return assign_config_ids(out)
 
@@ -110,15 +118,32 @@ def build_parser() -> argparse.ArgumentParser:
         description="Aggregate sweep folders (metrics.json per run) into a Table-5-style report: "
         "mean ± std over seeds per configuration, as Markdown, CSV and a P@k bar chart.",
     )
-    parser.add_argument("sweep_dirs", nargs="+", type=Path, metavar="SWEEP_DIR",
-                        help="sweep or run folders, searched recursively for metrics.json")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for results.md, results.csv, results_p_at_k.png (default: the first SWEEP_DIR)")
-    parser.add_argument("--metrics", type=_name_list, default=list(DEFAULT_METRICS),
-                        help=f"comma-separated metrics for the tables (default: {','.join(DEFAULT_METRICS)})")
-    parser.add_argument("--ignore", type=_name_list, default=[],
-                        help="extra comma-separated config-leaf patterns (fnmatch on dotted paths) that do "
-                        "not distinguish configurations, e.g. 'trainer.devices,matcher.num_workers'")
+    parser.add_argument(
+        "sweep_dirs",
+        nargs="+",
+        type=Path,
+        metavar="SWEEP_DIR",
+        help="sweep or run folders, searched recursively for metrics.json",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for results.md, results.csv, results_p_at_k.png (default: the first SWEEP_DIR)",
+    )
+    parser.add_argument(
+        "--metrics",
+        type=_name_list,
+        default=list(DEFAULT_METRICS),
+        help=f"comma-separated metrics for the tables (default: {','.join(DEFAULT_METRICS)})",
+    )
+    parser.add_argument(
+        "--ignore",
+        type=_name_list,
+        default=[],
+        help="extra comma-separated config-leaf patterns (fnmatch on dotted paths) that do "
+        "not distinguish configurations, e.g. 'trainer.devices,matcher.num_workers'",
+    )
     return parser
 
 
@@ -138,11 +163,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(to_markdown(agg, args.metrics), end="")
-    print(f"{len(scan.rows)} run(s), {len(agg)} configuration(s), {len(scan.skipped)} skipped; wrote "
-          + ", ".join(str(p) for p in written.values()), file=sys.stderr)
+    print(
+        f"{len(scan.rows)} run(s), {len(agg)} configuration(s), {len(scan.skipped)} skipped; wrote "
+        + ", ".join(str(p) for p in written.values()),
+        file=sys.stderr,
+    )
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-
 from xtransformer.suite.runs import MEMBER_SEP, STAT_KEYS
 
 METHOD_ORDER = {"xtransformer": 0, "ensemble": 1, "xrlinear": 2}
@@ -133,5 +132,3 @@ def _row_sort_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
     paper = row.get("paper_row")
     rest = tuple(_sort_value(row[k]) for k in sorted(row) if k not in STAT_KEYS)
     return (paper is None, paper or 0, METHOD_ORDER.get(str(row.get("method")), len(METHOD_ORDER)), rest)
-
-

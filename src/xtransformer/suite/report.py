@@ -152,5 +152,3 @@ def write_report(
         "csv": _write_text(to_csv(agg, metrics), out / REPORT_FILES["csv"]),
         "png": plot_p_at_k(agg, out / REPORT_FILES["png"], plot_metrics),
     }
-
-

@@ -21,13 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-
 METRICS_FILE = "metrics.json"
 
 # The fixed part of every row's configuration descriptor, in display order.
 DESCRIPTOR_KEYS = (
-    "dataset", "method", "eval_split", "indexing", "matcher", "ranker_features", "negatives",
+    "dataset",
+    "method",
+    "eval_split",
+    "indexing",
+    "matcher",
+    "ranker_features",
+    "negatives",
     "ensemble_method",
 )
 # Row keys that are not configuration; aggregated rows add STAT_KEYS instead.
@@ -42,8 +46,20 @@ MIRRORED_LEAVES = frozenset(
 # things are written or logged, cache switches, and the XR-Linear switches (they add the TF-IDF
 # model next to the main one without changing the main method's numbers; old names too).
 DEFAULT_IGNORE = (
-    "seed", "*.seed", "paths.*", "hydra.*", "logger.*", "*_dir", "*timestamp*", "cache",
-    "train_xrlinear", "combine_with_xrlinear", "combine_weight", "baseline", "combine_with_baseline", "task_name",
+    "seed",
+    "*.seed",
+    "paths.*",
+    "hydra.*",
+    "logger.*",
+    "*_dir",
+    "*timestamp*",
+    "cache",
+    "train_xrlinear",
+    "combine_with_xrlinear",
+    "combine_weight",
+    "baseline",
+    "combine_with_baseline",
+    "task_name",
 )
 # A leaf whose value looks like a time stamp (Hydra's ${now:...} folders) is not a setting either.
 TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2}[_T ]\d{2}[-:]\d{2}")
@@ -73,9 +89,7 @@ class RunScan:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def collect_runs(
-    paths: Sequence[str | os.PathLike], ignore: Sequence[str] = DEFAULT_IGNORE
-) -> list[dict[str, Any]]:
+def collect_runs(paths: Sequence[str | os.PathLike], ignore: Sequence[str] = DEFAULT_IGNORE) -> list[dict[str, Any]]:
     """Rows for every run under ``paths``; warns about (and counts) incomplete ones.
 
     Each row is flat: the descriptor keys (:data:`DESCRIPTOR_KEYS` plus dotted config paths that
@@ -87,8 +101,7 @@ def collect_runs(
     scan = scan_runs(paths, ignore=ignore)
     if scan.skipped:
         detail = "; ".join(f"{p}: {why}" for p, why in scan.skipped)
-        warnings.warn(f"skipped {len(scan.skipped)} incomplete run(s): {detail}", AggregateWarning,
-                      stacklevel=2)
+        warnings.warn(f"skipped {len(scan.skipped)} incomplete run(s): {detail}", AggregateWarning, stacklevel=2)
     _require_runs(scan, paths)
     return scan.rows
 

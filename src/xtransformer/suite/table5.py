@@ -15,8 +15,9 @@ import json
 import logging
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 AUTO = "auto"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def native_bf16(device_type: str) -> bool:
     """True when ``device_type`` ("cpu", "cuda") multiplies bf16 natively (False when unknown)."""
     import torch
@@ -51,17 +51,24 @@ def resolve_precision(precision: str | int, accelerator: str) -> str:
     dev = device_type(accelerator)
     if str(precision) == AUTO:
         chosen = "bf16-mixed" if native_bf16(dev) else "32-true"
-        log.info("trainer.precision=auto: %s (%s %s native bf16)", chosen, dev, "has" if chosen != "32-true" else "lacks")
+        log.info(
+            "trainer.precision=auto: %s (%s %s native bf16)", chosen, dev, "has" if chosen != "32-true" else "lacks"
+        )
         return chosen
     if dev == "cpu":
         warn_emulated_bf16(str(precision), "trainer.precision")
     return str(precision)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def warn_emulated_bf16(precision: str, key: str) -> None:
     """Warn (once per precision and key) when bf16 would run emulated on this CPU."""
     if precision.lower().startswith("bf16") and not native_bf16("cpu"):
-        log.warning("%s=%s: this CPU has no native bf16 (no AMX-BF16 / AVX512-BF16), so bf16 runs emulated, "
-                    "several times slower than fp32; use %s=%s", key, precision, key,
-                    "auto" if key == "trainer.precision" else "32-true")
+        log.warning(
+            "%s=%s: this CPU has no native bf16 (no AMX-BF16 / AVX512-BF16), so bf16 runs emulated, "
+            "several times slower than fp32; use %s=%s",
+            key,
+            precision,
+            key,
+            "auto" if key == "trainer.precision" else "32-true",
+        )

@@ -18,8 +18,9 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -102,8 +103,11 @@ def checksums(folder: str | os.PathLike, files: list[str] | None = None) -> dict
     """``{relative path: {size, sha256}}`` of ``files`` (default: every file under ``folder``)."""
     folder = Path(folder)
     if files is None:
-        files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
-                       if p.is_file() and p.name not in (CHECKSUMS, COMPLETE_MARKER))
+        files = sorted(
+            str(p.relative_to(folder))
+            for p in folder.rglob("*")
+            if p.is_file() and p.name not in (CHECKSUMS, COMPLETE_MARKER)
+        )
     return {f: {"size": (folder / f).stat().st_size, "sha256": file_sha256(folder / f)} for f in files}
 
 
@@ -180,9 +184,8 @@ def _json_default(o: Any) -> Any:
 
 def save_csr(mat: sp.spmatrix, path: str | os.PathLike) -> None:
     """Save a sparse matrix as CSR ``.npz`` atomically."""
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
-            sp.save_npz(fh, sp.csr_matrix(mat), compressed=False)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        sp.save_npz(fh, sp.csr_matrix(mat), compressed=False)
 
 
 def load_csr(path: str | os.PathLike) -> sp.csr_matrix:
@@ -190,9 +193,8 @@ def load_csr(path: str | os.PathLike) -> sp.csr_matrix:
 
 
 def save_npy(arr: np.ndarray, path: str | os.PathLike) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, arr)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, arr)
 
 
 def settings_key(*parts: Any, length: int = 16) -> str:

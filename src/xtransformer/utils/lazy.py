@@ -4,11 +4,13 @@ light module of a package does not import its heavy siblings."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], Any]:
     """A module ``__getattr__`` serving ``exports`` (attribute name -> submodule of ``package``)."""
+
     def __getattr__(name: str) -> Any:
         if name in exports:
             return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)

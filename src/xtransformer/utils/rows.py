@@ -14,7 +14,7 @@ def row_sq_norms(X: sp.csr_matrix) -> np.ndarray:
     sq = np.zeros(X.shape[0])
     for lo, hi in _row_chunks(X.indptr):
         a, b = X.indptr[lo], X.indptr[hi]
-        counts = np.diff(X.indptr[lo:hi + 1])
+        counts = np.diff(X.indptr[lo : hi + 1])
         rows = np.flatnonzero(counts)
         if rows.size:
             sq[lo + rows] = np.add.reduceat(np.square(X.data[a:b], dtype=np.float64), X.indptr[lo + rows] - a)
@@ -31,7 +31,7 @@ def unit_rows(X: sp.spmatrix | np.ndarray, inplace: bool = False) -> sp.csr_matr
         data = X.data if owned else np.empty_like(X.data)
         for lo, hi in _row_chunks(X.indptr):
             a, b = X.indptr[lo], X.indptr[hi]
-            np.multiply(X.data[a:b], np.repeat(inv[lo:hi], np.diff(X.indptr[lo:hi + 1])), out=data[a:b])
+            np.multiply(X.data[a:b], np.repeat(inv[lo:hi], np.diff(X.indptr[lo : hi + 1])), out=data[a:b])
         if owned:
             return X
         out = sp.csr_matrix((data, X.indices.copy(), X.indptr.copy()), shape=X.shape)

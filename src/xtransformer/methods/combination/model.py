@@ -8,13 +8,15 @@ and its prediction settings are the combination rule, the members' weights and t
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import scipy.sparse as sp
 
-from xtransformer.ensemble import METHODS as RULES, ensemble_predictions
+from xtransformer.ensemble import METHODS as RULES
+from xtransformer.ensemble import ensemble_predictions
 from xtransformer.methods.base import ModelRecords, XMCModel
 from xtransformer.model.folder import ModelError
 from xtransformer.settings import Settings
@@ -52,8 +54,14 @@ class Combination(XMCModel):
     kind = "ensemble"
     settings_class = CombinationSettings
 
-    def __init__(self, members: Sequence[XMCModel], method: str = "average", weights: Sequence[float] | None = None,
-                 topk: int = DEFAULT_TOPK, name: str | None = None):
+    def __init__(
+        self,
+        members: Sequence[XMCModel],
+        method: str = "average",
+        weights: Sequence[float] | None = None,
+        topk: int = DEFAULT_TOPK,
+        name: str | None = None,
+    ):
         if not members:
             raise ModelError("a combination needs at least one member model")
         first = members[0]
@@ -61,8 +69,9 @@ class Combination(XMCModel):
             raise ModelError("the members of a combination must share one label space")
         predict = {"method": method, "topk": int(topk), "weights": None if weights is None else list(weights)}
         names = [m.method for m in members]
-        records = ModelRecords(first.label_ids, first.label_names, predict, {"members": names, "combine": method},
-                               name or "+".join(names))
+        records = ModelRecords(
+            first.label_ids, first.label_names, predict, {"members": names, "combine": method}, name or "+".join(names)
+        )
         super().__init__(records)
         self.members = list(members)
         self.needs_text = any(m.needs_text for m in self.members)
@@ -73,7 +82,9 @@ class Combination(XMCModel):
         return {}  # the members' stages are the members' own
 
     @classmethod
-    def _fit(cls, data: Any, s: CombinationSettings, ctx: Any, validation: Any, keys: dict[str, Any]) -> "Combination | None":
+    def _fit(
+        cls, data: Any, s: CombinationSettings, ctx: Any, validation: Any, keys: dict[str, Any]
+    ) -> Combination | None:
         from xtransformer.methods import method_class
 
         members = []
@@ -90,16 +101,21 @@ class Combination(XMCModel):
     def combine(self, predictions: Sequence[sp.csr_matrix], **overrides: Any) -> sp.csr_matrix:
         """The members' score matrices (in member order) combined as this model predicts."""
         settings = self.settings(overrides)
-        return ensemble_predictions(predictions, method=settings["method"], topk=int(settings["topk"]),
-                                    weights=settings.get("weights"))  # older folders: none, equal
+        return ensemble_predictions(
+            predictions, method=settings["method"], topk=int(settings["topk"]), weights=settings.get("weights")
+        )  # older folders: none, equal
 
-    def _predict_texts(self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None) -> sp.csr_matrix:
-        return self.combine([m.predict_csr(texts, topk=self._member_topk(m, settings)) for m in self.members],
-                            **settings)
+    def _predict_texts(
+        self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None
+    ) -> sp.csr_matrix:
+        return self.combine(
+            [m.predict_csr(texts, topk=self._member_topk(m, settings)) for m in self.members], **settings
+        )
 
     def _predict_features(self, X: sp.spmatrix, settings: dict[str, Any]) -> sp.csr_matrix:
-        return self.combine([m.predict_features_csr(X, topk=self._member_topk(m, settings)) for m in self.members],
-                            **settings)
+        return self.combine(
+            [m.predict_features_csr(X, topk=self._member_topk(m, settings)) for m in self.members], **settings
+        )
 
     @staticmethod
     def _member_topk(member: XMCModel, settings: Mapping[str, Any]) -> int:
@@ -116,7 +132,7 @@ class Combination(XMCModel):
         return {"kind": self.kind, "members": refs}
 
     @classmethod
-    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "Combination":
+    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> Combination:
         members = [XMCModel.load((folder / rel).resolve(), verify=verify) for rel in components["members"]]
         p = records.predict
         out = cls(members, p["method"], p.get("weights"), p["topk"], name=records.method)

@@ -6,7 +6,7 @@ and a disentangled leaf level. It reads TF-IDF rows only, so it also trains and 
 feature rows (XC / npz data). Importing it never imports torch.
 """
 
-from xtransformer.methods.xrlinear.model import XRLinear, fit_tree_model, index_section
 from xtransformer.methods.xrlinear.config import XRLinearConfig, XRLinearSettings
+from xtransformer.methods.xrlinear.model import XRLinear, fit_tree_model, index_section
 
 __all__ = ["XRLinear", "XRLinearConfig", "XRLinearSettings", "fit_tree_model", "index_section"]

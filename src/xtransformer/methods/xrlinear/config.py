@@ -38,8 +38,15 @@ class XRLinearConfig(Settings):
         if n_copies == 1:
             return []
         m = self.model
-        return [{"counts_from": "xrlinear", "model": m.training_settings(), "beam_size": m.beam_size,
-                 "post_processor": m.post_processor, "nr_splits": self.nr_splits}]
+        return [
+            {
+                "counts_from": "xrlinear",
+                "model": m.training_settings(),
+                "beam_size": m.beam_size,
+                "post_processor": m.post_processor,
+                "nr_splits": self.nr_splits,
+            }
+        ]
 
 
 @dataclass

@@ -39,16 +39,24 @@ class XRLinear(XMCModel):
     def stage_keys(cls, s: XRLinearSettings, data_key: str, n_labels: int, trainer: Any = None) -> dict[str, str]:
         tfidf = tfidf_key(data_key, s.tfidf)
         x = s.xrlinear
-        return {"tfidf": tfidf,
-                "xrlinear": settings_key("xrlinear", tfidf, x.training_settings(), *x.overlap_source(x.indexing.n_copies))}
+        return {
+            "tfidf": tfidf,
+            "xrlinear": settings_key("xrlinear", tfidf, x.training_settings(), *x.overlap_source(x.indexing.n_copies)),
+        }
 
     @classmethod
     def _check(cls, data: LabeledData, settings: XRLinearSettings) -> None:
         check_copies_fit(settings.xrlinear.indexing, data.n_labels, "xrlinear.indexing")
 
     @classmethod
-    def _fit(cls, data: LabeledData, settings: XRLinearSettings, ctx: Any, validation: LabeledData | None,
-             keys: dict[str, str]) -> "XRLinear":
+    def _fit(
+        cls,
+        data: LabeledData,
+        settings: XRLinearSettings,
+        ctx: Any,
+        validation: LabeledData | None,
+        keys: dict[str, str],
+    ) -> XRLinear:
         x = settings.xrlinear
         tfidf, X = tfidf_stage(ctx.cache, data, settings.tfidf, keys["tfidf"])
 
@@ -65,7 +73,9 @@ class XRLinear(XMCModel):
         return out
 
     # ------------------------------------------------------------------ prediction
-    def _predict_texts(self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None) -> sp.csr_matrix:
+    def _predict_texts(
+        self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None
+    ) -> sp.csr_matrix:
         return with_settings(self.model, settings).predict(self.tfidf.from_texts(texts))
 
     def _predict_features(self, X: sp.spmatrix, settings: dict[str, Any]) -> sp.csr_matrix:
@@ -78,7 +88,7 @@ class XRLinear(XMCModel):
         return {"kind": self.kind, "tfidf": TFIDF_DIR, "ranker": RANKER_DIR}
 
     @classmethod
-    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "XRLinear":
+    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> XRLinear:
         return cls(records, TfidfFeatures.load(folder / TFIDF_DIR), load_tree_model(folder / RANKER_DIR))
 
 
@@ -92,8 +102,15 @@ def index_section(n_copies: int, C: sp.spmatrix) -> dict[str, Any]:
     return {"n_copies": n_copies, **overlap_summary(C)}
 
 
-def fit_tree_model(icfg: IndexingConfig, nr_splits: int, mcfg: HierarchicalLinearConfig, feats: sp.csr_matrix,
-                   Y: sp.csr_matrix, label_ids: Any, n_trees: int = 1) -> tuple[HierarchicalLinear | LinearForest, dict[str, Any]]:
+def fit_tree_model(
+    icfg: IndexingConfig,
+    nr_splits: int,
+    mcfg: HierarchicalLinearConfig,
+    feats: sp.csr_matrix,
+    Y: sp.csr_matrix,
+    label_ids: Any,
+    n_trees: int = 1,
+) -> tuple[HierarchicalLinear | LinearForest, dict[str, Any]]:
     """PIFA tree on ``feats`` (seen ``nr_splits``-way) and the hierarchical linear model over it; with
     ``icfg.n_copies > 1`` the tree's overlap is learned first (train on the partition, count where its
     search sends each label, retrain). ``n_trees > 1``: as many trees, k-means seeded ``icfg.seed + i``,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from xtransformer.errors import UserError
 from xtransformer.data.tfidf import TfidfConfig
+from xtransformer.errors import UserError
 from xtransformer.indexing import IndexingConfig
 from xtransformer.matcher.config import MatcherConfig
 from xtransformer.methods.xrlinear.config import XRLinearConfig
@@ -46,8 +46,11 @@ class FinalModelConfig(Settings):
     indexing: IndexingConfig = field(default_factory=lambda: IndexingConfig(max_leaf_size=100))
     # PECOS's final model: matcher-aware negatives from the model's own beam, light pruning; at
     # prediction the label rankers outweigh the path above them (matcher_weight 0.2: experiments/matcher_weight)
-    model: HierarchicalLinearConfig = field(default_factory=lambda: HierarchicalLinearConfig(
-        features="tfidf+neural", negatives="tfn+man", threshold=0.01, matcher_weight=0.2))
+    model: HierarchicalLinearConfig = field(
+        default_factory=lambda: HierarchicalLinearConfig(
+            features="tfidf+neural", negatives="tfn+man", threshold=0.01, matcher_weight=0.2
+        )
+    )
     # prediction only: also rank with the fine-tuned label-level head, combined with the linear
     # model's scores by this ensemble method (null: the linear model alone, as the paper); needs the
     # label level among the fine-tuned levels
@@ -65,8 +68,10 @@ class FinalModelConfig(Settings):
         if self.n_trees > 1 and self.tree != "recluster":
             raise self.bad("n_trees", "needs tree: recluster (every tree of `same` is the fine-tuning tree)")
         if self.model.features != "tfidf+neural" and self.features == "tfidf+neural":
-            raise self.bad("model.features", f"is {self.model.features!r}, but the final model reads "
-                                             "TF-IDF ⊕ embeddings: set it to 'tfidf+neural'")
+            raise self.bad(
+                "model.features",
+                f"is {self.model.features!r}, but the final model reads TF-IDF ⊕ embeddings: set it to 'tfidf+neural'",
+            )
 
     def as_xrlinear(self) -> XRLinearConfig:
         """With ``tree: recluster`` the final model is XR-Linear on its feature rows: these settings."""

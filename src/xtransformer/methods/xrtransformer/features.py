@@ -20,16 +20,19 @@ def final_features(features: str, X_tfidf: sp.spmatrix, emb: np.ndarray, neural_
     raise ValueError(f"final features must be 'tfidf+neural' or 'neural', got {features!r}")
 
 
-def combine_with_head(pred: sp.csr_matrix, head_topb: sp.csr_matrix, post_processor: str, method: str,
-                      topk: int) -> sp.csr_matrix:
+def combine_with_head(
+    pred: sp.csr_matrix, head_topb: sp.csr_matrix, post_processor: str, method: str, topk: int
+) -> sp.csr_matrix:
     """The linear model's label scores combined with the label-level head's top-b scores
     (``final.combine_head``); the head's raw scores go through the linear model's post-processor
     first, so both live on one scale."""
     from xtransformer.ensemble import ensemble_predictions
 
     if head_topb.shape != pred.shape:
-        raise ValueError(f"final.combine_head={method!r}: the last fine-tuned level has {head_topb.shape[1]} "
-                         f"nodes, not the {pred.shape[1]} labels (raise xrtransformer.max_match_clusters)")
+        raise ValueError(
+            f"final.combine_head={method!r}: the last fine-tuned level has {head_topb.shape[1]} "
+            f"nodes, not the {pred.shape[1]} labels (raise xrtransformer.max_match_clusters)"
+        )
     head = sp.csr_matrix(head_topb, dtype=np.float32, copy=True)
     head.data = get_post_processor(post_processor).transform(head.data)
     return ensemble_predictions([pred, head], method=method, topk=topk)

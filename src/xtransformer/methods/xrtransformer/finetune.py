@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,12 +29,25 @@ from xtransformer.matcher.config import MatcherConfig
 from xtransformer.matcher.datamodule import MatcherDataModule
 from xtransformer.matcher.inference import EncodeOptions, LoadedMatcher, predict_tokens
 from xtransformer.matcher.train import (
-    TRAIN_SPLIT, VAL_SPLIT, check_trainer_kwargs, fit_resumable, inference_precision, matcher_meta, tiny_corpus,
+    TRAIN_SPLIT,
+    VAL_SPLIT,
+    check_trainer_kwargs,
+    fit_resumable,
+    inference_precision,
+    matcher_meta,
+    tiny_corpus,
     topb_recall,
 )
 from xtransformer.methods.xrtransformer.config import XRTransformerConfig
 from xtransformer.methods.xrtransformer.levels import (
-    LEVEL_STAGE, Level, children_table, count_targets, inherit_head, matched_levels, teacher_shortlist, tree_levels,
+    LEVEL_STAGE,
+    Level,
+    children_table,
+    count_targets,
+    inherit_head,
+    matched_levels,
+    teacher_shortlist,
+    tree_levels,
 )
 from xtransformer.ranker.negatives import binarize
 
@@ -68,7 +82,7 @@ class LevelJob:
     key: str
     encoder_path: Path
     pooling: str
-    prev: "Trained | None"
+    prev: Trained | None
     step_offset: int  # the steps of the levels before it (loggers see one growing step count)
 
 
@@ -88,16 +102,25 @@ def fine_tuned_levels(chain: Sequence[sp.spmatrix], xcfg: XRTransformerConfig) -
     return levels[-1:] if xcfg.levels == "last" else levels
 
 
-def fine_tune(ctx: Any, data: Any, chain: Sequence[sp.spmatrix], mcfg: MatcherConfig, xcfg: XRTransformerConfig,
-              level_keys: Sequence[str], validation: Any = None) -> FineTuned:
+def fine_tune(
+    ctx: Any,
+    data: Any,
+    chain: Sequence[sp.spmatrix],
+    mcfg: MatcherConfig,
+    xcfg: XRTransformerConfig,
+    level_keys: Sequence[str],
+    validation: Any = None,
+) -> FineTuned:
     """Fine-tune the encoder on every matched level of ``chain`` (coarse to fine); ``data``,
     ``validation``: :class:`~xtransformer.data.inputs.LabeledData` (each level's cluster recall is
     reported on ``validation``)."""
     check_trainer_kwargs(ctx.trainer_kwargs)
     levels = fine_tuned_levels(chain, xcfg)
     if len(levels) != len(level_keys):  # the plan (stage keys) and the tree must agree
-        raise RuntimeError(f"xrtransformer: {len(levels)} levels to fine-tune ({[lv.n_nodes for lv in levels]} "
-                           f"clusters) but {len(level_keys)} level keys were planned")
+        raise RuntimeError(
+            f"xrtransformer: {len(levels)} levels to fine-tune ({[lv.n_nodes for lv in levels]} "
+            f"clusters) but {len(level_keys)} level keys were planned"
+        )
     texts, Y = {TRAIN_SPLIT: data.texts}, {TRAIN_SPLIT: data.Y}
     if validation is not None and validation.texts is not None:
         texts[VAL_SPLIT], Y[VAL_SPLIT] = validation.texts, validation.Y
@@ -111,8 +134,16 @@ def fine_tune(ctx: Any, data: Any, chain: Sequence[sp.spmatrix], mcfg: MatcherCo
     encoder_path, pooling, prev, reports, offset = Path(base), mcfg.pooling, None, [], 0
     for level, sched, key in zip(levels, mcfg.level_schedule(len(levels)), level_keys):
         job = LevelJob(level, sched, key, encoder_path, pooling, prev, offset)
-        folder = ctx.cache.run(LEVEL_STAGE, key, lambda tmp, job=job: train_level(run, job, tmp),
-                               settings={"clusters": level.n_nodes, **sched}, collective=True) / "matcher"
+        folder = (
+            ctx.cache.run(
+                LEVEL_STAGE,
+                key,
+                lambda tmp, job=job: train_level(run, job, tmp),
+                settings={"clusters": level.n_nodes, **sched},
+                collective=True,
+            )
+            / "matcher"
+        )
         if not mcfg.keep_checkpoints and ctx.is_rank_zero:  # the level folder is the resume point from here on
             shutil.rmtree(ctx.cache.work_dir(LEVEL_STAGE, key) / "checkpoints", ignore_errors=True)
         loaded = LoadedMatcher.load(folder)
@@ -126,44 +157,75 @@ def fine_tune(ctx: Any, data: Any, chain: Sequence[sp.spmatrix], mcfg: MatcherCo
 
 def train_level(run: FineTuning, job: LevelJob, tmp: Path) -> None:
     """Fine-tune one level from the previous level's encoder; rank 0 writes its matcher to ``tmp``."""
+    t0 = time.perf_counter()
+    level, sched = job.level, job.schedule
+    log.info(
+        "xrtransformer level %d: %d clusters, %d steps, lr %g (encoder from %s)",
+        level.index,
+        level.n_nodes,
+        sched["steps"],
+        sched["lr"],
+        job.encoder_path,
+    )
+    module = level_module(run, job)
+    facts = fit_resumable(
+        run.ctx,
+        run.mcfg,
+        module,
+        run.dm,
+        run.ctx.cache.work_dir(LEVEL_STAGE, job.key),
+        int(sched["steps"]),
+        loggers=level_loggers(run.ctx.loggers, job.step_offset),
+        resume=run.ctx.cache.enabled,
+    )
+    if not facts["trainer"].is_global_zero:
+        return
+    recall = eval_recall(run, module, level)
+    report = {
+        "level": level.index,
+        "clusters": level.n_nodes,
+        "steps": int(sched["steps"]),
+        "lr": sched["lr"],
+        "seconds": round(time.perf_counter() - t0, 1),
+        "train_seconds": round(facts["train_seconds"], 1),
+        "bootstrap": run.xcfg.bootstrap if job.prev is not None else "fresh",
+        **recall,
+    }
+    log.info("xrtransformer level %d done: %s", level.index, report)
+    for lg in run.ctx.loggers:
+        lg.log_metrics({f"level{level.index}/{k}": v for k, v in recall.items()}, step=int(sched["steps"]))
+    meta = matcher_meta(run.mcfg, run.ctx, module, job.key, facts["global_step"]) | {"level": report}
+    LoadedMatcher(module.encoder, module.head, run.dm.load_tokenizer(), meta).save(tmp / "matcher")
+
+
+def level_module(run: FineTuning, job: LevelJob) -> Any:
+    """The level's module (its head bootstrapped, its shortlist set) and the data module's targets,
+    shortlist masks and batch order for it, seeded as the level's index says."""
     import lightning.pytorch as pl
 
     from xtransformer.matcher.module import TrainOptions
     from xtransformer.methods.xrtransformer.module import XRLevelModule
 
-    t0 = time.perf_counter()
     mcfg, xcfg, dm, level, sched = run.mcfg, run.xcfg, run.dm, job.level, job.schedule
-    log.info("xrtransformer level %d: %d clusters, %d steps, lr %g (encoder from %s)", level.index, level.n_nodes,
-             sched["steps"], sched["lr"], job.encoder_path)
     parent = job.prev.level if job.prev is not None else None
     dm.C = level.label_map
     dm.targets = {TRAIN_SPLIT: count_targets(run.Y_train, level)}
     shortlisted = xcfg.shortlist and parent is not None  # the top level's shortlist is the whole level
-    dm.masks = ({TRAIN_SPLIT: {"tfn": teacher_shortlist(run.Y_train, parent, level)}}
-                if shortlisted and "tfn" in xcfg.negatives else {})
+    tfn = shortlisted and "tfn" in xcfg.negatives
+    dm.masks = {TRAIN_SPLIT: {"tfn": teacher_shortlist(run.Y_train, parent, level)}} if tfn else {}
     dm.seed = mcfg.seed + 1000 * level.index  # each level its own batch order
-
     pl.seed_everything(mcfg.seed + level.index, workers=True, verbose=False)
     options = TrainOptions.of(mcfg, pooling=job.pooling, lr=sched["lr"], warmup_ratio=sched["warmup_ratio"])
-    module = XRLevelModule(str(job.encoder_path), level.n_nodes, options,
-                           with_token_types=dm.tokens[TRAIN_SPLIT].type_ids is not None)
-    module.setup_level(level.index, children=children_table(level) if shortlisted else None,
-                       prev_head=(job.prev.W, job.prev.b) if shortlisted else None,
-                       init_head=bootstrap_head(run, job), loss=xcfg)
-    work = run.ctx.cache.work_dir(LEVEL_STAGE, job.key)
-    facts = fit_resumable(run.ctx, mcfg, module, dm, work, int(sched["steps"]),
-                          loggers=level_loggers(run.ctx.loggers, job.step_offset), resume=run.ctx.cache.enabled)
-    if not facts["trainer"].is_global_zero:
-        return
-    recall = eval_recall(run, module, level)
-    report = {"level": level.index, "clusters": level.n_nodes, "steps": int(sched["steps"]), "lr": sched["lr"],
-              "seconds": round(time.perf_counter() - t0, 1), "train_seconds": round(facts["train_seconds"], 1),
-              "bootstrap": xcfg.bootstrap if job.prev is not None else "fresh", **recall}
-    log.info("xrtransformer level %d done: %s", level.index, report)
-    for lg in run.ctx.loggers:
-        lg.log_metrics({f"level{level.index}/{k}": v for k, v in recall.items()}, step=int(sched["steps"]))
-    meta = matcher_meta(mcfg, run.ctx, module, job.key, facts["global_step"]) | {"level": report}
-    LoadedMatcher(module.encoder, module.head, dm.load_tokenizer(), meta).save(tmp / "matcher")
+    module = XRLevelModule(
+        str(job.encoder_path), level.n_nodes, options, with_token_types=dm.tokens[TRAIN_SPLIT].type_ids is not None
+    )
+    return module.setup_level(
+        level.index,
+        children=children_table(level) if shortlisted else None,
+        prev_head=(job.prev.W, job.prev.b) if shortlisted else None,
+        init_head=bootstrap_head(run, job),
+        loss=xcfg,
+    )
 
 
 def level_loggers(loggers: Sequence[Any], offset: int) -> list[Any]:
@@ -216,22 +278,37 @@ def weighted_linear_head(run: FineTuning, prev: Trained, level: Level) -> tuple[
     training documents, with weak regularisation (C = 100, as PECOS) and no pruning: the head is
     dense anyway.
     """
-    from xtransformer.ranker.fit import LevelSpec, train_level as train_linear_level
+    from xtransformer.ranker.fit import LevelSpec
+    from xtransformer.ranker.fit import train_level as train_linear_level
     from xtransformer.ranker.solver import SolverParams
 
     mcfg, xcfg = run.mcfg, run.xcfg
     tokens = run.dm.tokens[TRAIN_SPLIT]
     n = len(tokens)
-    rows = np.arange(n) if not xcfg.bootstrap_docs or xcfg.bootstrap_docs >= n else \
-        np.sort(np.random.default_rng(mcfg.seed).choice(n, xcfg.bootstrap_docs, replace=False))
-    options = EncodeOptions(batch_size=mcfg.eval_batch_size, topb=1, progress=mcfg.progress,
-                            precision=inference_precision(mcfg, run.ctx.trainer.precision),
-                            desc=f"bootstrap level {level.index}")
+    rows = (
+        np.arange(n)
+        if not xcfg.bootstrap_docs or xcfg.bootstrap_docs >= n
+        else np.sort(np.random.default_rng(mcfg.seed).choice(n, xcfg.bootstrap_docs, replace=False))
+    )
+    options = EncodeOptions(
+        batch_size=mcfg.eval_batch_size,
+        topb=1,
+        progress=mcfg.progress,
+        precision=inference_precision(mcfg, run.ctx.trainer.precision),
+        desc=f"bootstrap level {level.index}",
+    )
     emb = predict_tokens(LoadedMatcher.load(prev.folder), tokens.take(rows), options).embeddings
     Y_sub = sp.csr_matrix(run.Y_train)[rows]
     spec = LevelSpec(binarize(count_targets(Y_sub, level)), level.parents, binarize(count_targets(Y_sub, prev.level)))
-    lin, _ = train_linear_level(sp.csr_matrix(emb), spec, SolverParams(Cp=100.0, Cn=100.0), bias=1.0,
-                                threshold=0.0, batch_nnz=500_000, threads=2)
+    lin, _ = train_linear_level(
+        sp.csr_matrix(emb),
+        spec,
+        SolverParams(Cp=100.0, Cn=100.0),
+        bias=1.0,
+        threshold=0.0,
+        batch_nnz=500_000,
+        threads=2,
+    )
     W = lin.W.toarray()  # (H + 1) x K_t, bias weights last: dense by construction (no pruning)
     return np.ascontiguousarray(W[:-1].T, dtype=np.float32), W[-1].astype(np.float32) * np.float32(lin.bias)
 
@@ -243,11 +320,18 @@ def eval_recall(run: FineTuning, module: Any, level: Level) -> dict[str, float]:
         return {}
     tokens = dm.tokens[VAL_SPLIT]
     n = len(tokens)
-    rows = np.arange(n) if xcfg.eval_docs is None or xcfg.eval_docs >= n else \
-        np.sort(np.random.default_rng(0).choice(n, xcfg.eval_docs, replace=False))
+    rows = (
+        np.arange(n)
+        if xcfg.eval_docs is None or xcfg.eval_docs >= n
+        else np.sort(np.random.default_rng(0).choice(n, xcfg.eval_docs, replace=False))
+    )
     k = min(xcfg.only_topk, level.n_nodes)
-    options = EncodeOptions(batch_size=run.mcfg.eval_batch_size, topb=k, progress=False,
-                            precision=inference_precision(run.mcfg, run.ctx.trainer.precision))
+    options = EncodeOptions(
+        batch_size=run.mcfg.eval_batch_size,
+        topb=k,
+        progress=False,
+        precision=inference_precision(run.mcfg, run.ctx.trainer.precision),
+    )
     pred = predict_tokens(module, tokens.take(rows), options)
     truth = binarize(count_targets(sp.csr_matrix(dm.Y[VAL_SPLIT])[rows], level))
     return {f"eval_recall@{k}": round(100 * topb_recall(pred.topb, truth), 3), "eval_docs": int(len(rows))}

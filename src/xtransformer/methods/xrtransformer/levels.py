@@ -10,8 +10,8 @@ Everything here is sparse; nothing is ``N x K`` dense.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -56,7 +56,7 @@ def n_matched(sizes: Sequence[int], max_match_clusters: int) -> int:
 
 def matched_levels(levels: Sequence[Level], max_match_clusters: int) -> list[Level]:
     """The levels to fine-tune (see :func:`n_matched`)."""
-    return list(levels[:n_matched([lv.n_nodes for lv in levels], max_match_clusters)])
+    return list(levels[: n_matched([lv.n_nodes for lv in levels], max_match_clusters)])
 
 
 def count_targets(Y: sp.spmatrix, level: Level) -> sp.csr_matrix:

@@ -14,12 +14,21 @@ from xtransformer.matcher.config import MatcherConfig
 from xtransformer.matcher.inference import LoadedMatcher
 from xtransformer.methods.base import ModelRecords, with_settings
 from xtransformer.methods.neural import (
-    RANKER_DIR, TREE_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, outputs_key,
+    RANKER_DIR,
+    TREE_DIR,
+    NeuralModel,
+    embedding_record,
+    encoder_predict_settings,
+    index_key,
+    outputs_key,
 )
 from xtransformer.methods.xrlinear import fit_tree_model, index_section
 from xtransformer.methods.xrlinear.model import ranker_predict_settings
 from xtransformer.methods.xrtransformer.config import (
-    FinalModelConfig, XRTransformerConfig, XRTransformerConfigError, XRTransformerSettings,
+    FinalModelConfig,
+    XRTransformerConfig,
+    XRTransformerConfigError,
+    XRTransformerSettings,
 )
 from xtransformer.methods.xrtransformer.features import combine_with_head, final_features
 from xtransformer.methods.xrtransformer.levels import EMBED_STAGE, LEVEL_STAGE, n_matched
@@ -34,8 +43,15 @@ class XRTransformer(NeuralModel):
     kind = "xrtransformer"
     settings_class = XRTransformerSettings
 
-    def __init__(self, records: ModelRecords, tfidf: TfidfFeatures, matcher: LoadedMatcher, features: dict[str, Any],
-                 final: HierarchicalLinear | LinearForest | None = None, chain: ClusterChain | None = None):
+    def __init__(
+        self,
+        records: ModelRecords,
+        tfidf: TfidfFeatures,
+        matcher: LoadedMatcher,
+        features: dict[str, Any],
+        final: HierarchicalLinear | LinearForest | None = None,
+        chain: ClusterChain | None = None,
+    ):
         super().__init__(records, tfidf, matcher, features)
         self.final = final
         self.chain = chain  # the indexing tree it fine-tuned over (None in folders written before it was kept)
@@ -51,8 +67,9 @@ class XRTransformer(NeuralModel):
         sizes = level_plan(n_labels, s.indexing, x, m)
         tfidf = tfidf_key(data_key, s.tfidf)
         indexing = index_key(s, tfidf, trainer.precision)
-        key = settings_key("xrtransformer", indexing, m.training_settings(levels=False), x.fine_tune_settings(),
-                           trainer.placement())
+        key = settings_key(
+            "xrtransformer", indexing, m.training_settings(levels=False), x.fine_tune_settings(), trainer.placement()
+        )
         levels = []
         for t, (n, sched) in enumerate(zip(sizes, m.level_schedule(len(sizes)))):
             # levels after the first pool as the first resolved: folders of older rules are not reused
@@ -60,7 +77,13 @@ class XRTransformer(NeuralModel):
             levels.append(key)
         outputs = outputs_key(EMBED_STAGE, levels[-1], m, trainer.precision)
         final = settings_key("xrfinal", outputs, tfidf, x.final.training_settings())
-        return {"tfidf": tfidf, "indexing": indexing, LEVEL_STAGE: tuple(levels), EMBED_STAGE: outputs, "xrfinal": final}
+        return {
+            "tfidf": tfidf,
+            "indexing": indexing,
+            LEVEL_STAGE: tuple(levels),
+            EMBED_STAGE: outputs,
+            "xrfinal": final,
+        }
 
     @classmethod
     def _check(cls, data: LabeledData, s: XRTransformerSettings) -> None:
@@ -69,8 +92,9 @@ class XRTransformer(NeuralModel):
             check_copies_fit(s.xrtransformer.final.indexing, data.n_labels, "xrtransformer.final.indexing")
 
     @classmethod
-    def _fit(cls, data: LabeledData, s: XRTransformerSettings, ctx: Any, validation: LabeledData | None,
-             keys: dict[str, Any]) -> "XRTransformer | None":
+    def _fit(
+        cls, data: LabeledData, s: XRTransformerSettings, ctx: Any, validation: LabeledData | None, keys: dict[str, Any]
+    ) -> XRTransformer | None:
         from xtransformer.methods.xrtransformer.finetune import fine_tune
 
         t = cls._tree_inputs(ctx, data, s, keys)
@@ -81,21 +105,34 @@ class XRTransformer(NeuralModel):
             return None  # a DDP helper process: its share of the fine-tuning is done
         fcfg = s.xrtransformer.final
         features = embedding_record(fcfg.features, fcfg.model.neural_weight, mcfg)
-        predict = (encoder_predict_settings(mcfg, ctx.trainer.precision) | {"combine_head": fcfg.combine_head}
-                   | ranker_predict_settings(fcfg.model))
-        records = ModelRecords.of(data, predict, s.training_settings() | {"matcher": mcfg.training_settings(levels=True),
-                                                                          "trainer": ctx.trainer.placement()})
+        predict = (
+            encoder_predict_settings(mcfg, ctx.trainer.precision)
+            | {"combine_head": fcfg.combine_head}
+            | ranker_predict_settings(fcfg.model)
+        )
+        records = ModelRecords.of(
+            data,
+            predict,
+            s.training_settings()
+            | {"matcher": mcfg.training_settings(levels=True), "trainer": ctx.trainer.placement()},
+        )
         model = cls(records, tfidf, LoadedMatcher.load(tuned.model_dir, ctx.trainer.device), features, chain=chain)
         model.to(ctx.trainer.device)
         emb, _ = model.embed_stage(ctx, EMBED_STAGE, keys[EMBED_STAGE], data, mcfg.progress)
-        model.final = final_stage(ctx, keys["xrfinal"], data, final_features(fcfg.features, X, emb, fcfg.model.neural_weight),
-                                  s, tree)
-        model.report |= {"stage_keys": keys, "levels": tuned.levels,
-                         "index": index_section(s.indexing.n_copies, chain.leaf_assignment)}
+        model.final = final_stage(
+            ctx, keys["xrfinal"], data, final_features(fcfg.features, X, emb, fcfg.model.neural_weight), s, tree
+        )
+        model.report |= {
+            "stage_keys": keys,
+            "levels": tuned.levels,
+            "index": index_section(s.indexing.n_copies, chain.leaf_assignment),
+        }
         return model
 
     # ------------------------------------------------------------------ prediction
-    def _predict_texts(self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None) -> sp.csr_matrix:
+    def _predict_texts(
+        self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None
+    ) -> sp.csr_matrix:
         X = self.tfidf.from_texts(texts)
         emb, head = self.embed(texts, settings)
         model = with_settings(self.final, settings)
@@ -103,8 +140,9 @@ class XRTransformer(NeuralModel):
         if not settings.get("combine_head"):
             return scores
         try:
-            return combine_with_head(scores, head, model.config.post_processor, settings["combine_head"],
-                                     model.config.topk)
+            return combine_with_head(
+                scores, head, model.config.post_processor, settings["combine_head"], model.config.topk
+            )
         except ValueError as err:
             raise XRTransformerConfigError(f"xrtransformer.{err}") from None
 
@@ -118,14 +156,15 @@ class XRTransformer(NeuralModel):
         return components
 
     @classmethod
-    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "XRTransformer":
+    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> XRTransformer:
         tfidf, matcher = cls._load_neural(folder)
         chain = ClusterChain.load(folder / components["label_tree"]) if "label_tree" in components else None
         return cls(records, tfidf, matcher, components["features"], load_tree_model(folder / RANKER_DIR), chain)
 
 
-def final_stage(ctx: Any, key: str, data: LabeledData, feats: sp.csr_matrix, s: XRTransformerSettings,
-                tree: ClusterChain) -> HierarchicalLinear | LinearForest:
+def final_stage(
+    ctx: Any, key: str, data: LabeledData, feats: sp.csr_matrix, s: XRTransformerSettings, tree: ClusterChain
+) -> HierarchicalLinear | LinearForest:
     """The final linear model on TF-IDF ⊕ the fine-tuned embeddings (stage ``xrfinal``), over the
     fine-tuning tree (``final.tree: same``, its copies included) or a tree re-clustered on the
     features (``recluster``, PECOS's refined indexer)."""
@@ -155,11 +194,12 @@ def level_plan(n_labels: int, icfg: IndexingConfig, xcfg: XRTransformerConfig, m
     k = resolve_n_clusters(n_labels, icfg.n_clusters, icfg.max_leaf_size)
     sizes = [1] + [lv.n_nodes for lv in tree_levels(n_labels, k, icfg.branching)[1:]] + [n_labels]
     tree = [sizes[i] for i in ClusterChain.subsampled_levels(sizes, xcfg.nr_splits)[1:]]
-    matched = tree[:n_matched(tree, xcfg.max_match_clusters)]
+    matched = tree[: n_matched(tree, xcfg.max_match_clusters)]
     if not matched:
         raise XRTransformerConfigError(
             f"xrtransformer.max_match_clusters={xcfg.max_match_clusters}: the tree's first level has {tree[0]} "
-            "clusters, so no level would be fine-tuned (raise it, or lower xrtransformer.nr_splits)")
+            "clusters, so no level would be fine-tuned (raise it, or lower xrtransformer.nr_splits)"
+        )
     matched = matched[-1:] if xcfg.levels == "last" else matched
     mcfg.level_schedule(len(matched))  # raises naming matcher.level_* when the lists do not fit
     return matched

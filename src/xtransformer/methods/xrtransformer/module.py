@@ -32,7 +32,7 @@ class XRLevelModule(MatcherModule):
         prev_head: tuple[np.ndarray, np.ndarray] | None = None,
         init_head: tuple[np.ndarray, np.ndarray] | None = None,
         loss: Any = None,
-    ) -> "XRLevelModule":
+    ) -> XRLevelModule:
         """Level facts kept out of ``__init__`` so Lightning's hyper-parameters stay small.
 
         ``children``: the previous level's children table (``K_{t-1} x c``, -1 padded; None: no
@@ -53,8 +53,11 @@ class XRLevelModule(MatcherModule):
         self.use_man = "man" in negatives and prev_head is not None
         self.only_topk, self.importance, self.neg_weight = int(only_topk), importance, float(neg_weight)
         # buffers: part of the checkpoint (a resumed level sees the same shortlists), moved with the module
-        self.register_buffer("child_table", torch.as_tensor(children if children is not None else np.zeros((0, 1)),
-                                                         dtype=torch.long), persistent=True)
+        self.register_buffer(
+            "child_table",
+            torch.as_tensor(children if children is not None else np.zeros((0, 1)), dtype=torch.long),
+            persistent=True,
+        )
         W, b = prev_head if prev_head is not None else (np.zeros((0, self.head.in_features)), np.zeros(0))
         self.register_buffer("prev_W", torch.as_tensor(W, dtype=torch.float32), persistent=True)
         self.register_buffer("prev_b", torch.as_tensor(b, dtype=torch.float32), persistent=True)
@@ -66,8 +69,9 @@ class XRLevelModule(MatcherModule):
         return self
 
     # ------------------------------------------------------------------ shortlist
-    def shortlist_mask(self, emb: torch.Tensor, targets: torch.Tensor, tfn: torch.Tensor | None,
-                       predicted: torch.Tensor | None = None) -> torch.Tensor:
+    def shortlist_mask(
+        self, emb: torch.Tensor, targets: torch.Tensor, tfn: torch.Tensor | None, predicted: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``B x K_t`` boolean: positives, children of true parents, children of predicted parents
         (``predicted``: :meth:`predicted_children`, when the caller has it already)."""
         mask = targets > 0  # teacher forcing always keeps every positive cluster
@@ -93,7 +97,9 @@ class XRLevelModule(MatcherModule):
         """Scores of the (document, cluster) pairs only: gathered head rows, no ``B x K`` product."""
         return (self.head.weight[cols] * emb[rows].float()).sum(-1) + self.head.bias[cols]
 
-    def level_loss(self, emb: torch.Tensor, targets: torch.Tensor, tfn: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
+    def level_loss(
+        self, emb: torch.Tensor, targets: torch.Tensor, tfn: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict]:
         weights = hinge_weights(targets, self.importance, self.neg_weight)
         if not self.use_shortlist:
             loss = weighted_squared_hinge(self.head(emb), targets, weights)
@@ -123,8 +129,10 @@ class XRLevelModule(MatcherModule):
         return loss
 
     def head_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return (self.head.weight.detach().cpu().float().numpy().copy(),
-                self.head.bias.detach().cpu().float().numpy().copy())
+        return (
+            self.head.weight.detach().cpu().float().numpy().copy(),
+            self.head.bias.detach().cpu().float().numpy().copy(),
+        )
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> Any:
         return None  # each level is evaluated once, after training (see xrtransformer.train)

@@ -15,7 +15,13 @@ from xtransformer.matcher.inference import LoadedMatcher
 from xtransformer.matcher.train import fine_tune_matcher, topb_recall
 from xtransformer.methods.base import ModelRecords, with_settings
 from xtransformer.methods.neural import (
-    RANKER_DIR, TREE_DIR, NeuralModel, embedding_record, encoder_predict_settings, index_key, outputs_key,
+    RANKER_DIR,
+    TREE_DIR,
+    NeuralModel,
+    embedding_record,
+    encoder_predict_settings,
+    index_key,
+    outputs_key,
 )
 from xtransformer.methods.xrlinear import index_section
 from xtransformer.methods.xtransformer.config import XTransformerSettings
@@ -30,8 +36,15 @@ class XTransformer(NeuralModel):
     kind = "xtransformer"
     settings_class = XTransformerSettings
 
-    def __init__(self, records: ModelRecords, tfidf: TfidfFeatures, matcher: LoadedMatcher, features: dict[str, Any],
-                 chain: ClusterChain, ranker: LinearRanker | None = None):
+    def __init__(
+        self,
+        records: ModelRecords,
+        tfidf: TfidfFeatures,
+        matcher: LoadedMatcher,
+        features: dict[str, Any],
+        chain: ClusterChain,
+        ranker: LinearRanker | None = None,
+    ):
         super().__init__(records, tfidf, matcher, features)
         self.chain = chain
         self.ranker = ranker
@@ -43,13 +56,15 @@ class XTransformer(NeuralModel):
         indexing = index_key(s, tfidf, trainer.precision)
         matcher = settings_key("matcher", indexing, s.matcher.training_settings(), trainer.placement())
         outputs = outputs_key("matcher_outputs", matcher, s.matcher, trainer.precision)
-        ranker = settings_key("ranker", outputs if reads_matcher(s.ranker) else indexing, tfidf,
-                              s.ranker.training_settings())
+        ranker = settings_key(
+            "ranker", outputs if reads_matcher(s.ranker) else indexing, tfidf, s.ranker.training_settings()
+        )
         return {"tfidf": tfidf, "indexing": indexing, "matcher": matcher, "matcher_outputs": outputs, "ranker": ranker}
 
     @classmethod
-    def _fit(cls, data: LabeledData, s: XTransformerSettings, ctx: Any, validation: LabeledData | None,
-             keys: dict[str, str]) -> "XTransformer | None":
+    def _fit(
+        cls, data: LabeledData, s: XTransformerSettings, ctx: Any, validation: LabeledData | None, keys: dict[str, str]
+    ) -> XTransformer | None:
         t = cls._tree_inputs(ctx, data, s, keys)
         mcfg, tfidf, X, chain = t.mcfg, t.tfidf, t.X, t.chain
         folder = fine_tune_matcher(ctx, keys["matcher"], data, chain.leaf_assignment, mcfg, validation)
@@ -58,21 +73,34 @@ class XTransformer(NeuralModel):
         features = embedding_record(s.ranker.features, s.ranker.neural_weight, mcfg)
         predict = encoder_predict_settings(mcfg, ctx.trainer.precision) | ranker_predict_settings(s.ranker)
         records = ModelRecords.of(data, predict, s.training_settings() | {"trainer": ctx.trainer.placement()})
-        model = cls(records, tfidf, LoadedMatcher.load(folder, ctx.trainer.device), features, chain).to(ctx.trainer.device)
+        model = cls(records, tfidf, LoadedMatcher.load(folder, ctx.trainer.device), features, chain).to(
+            ctx.trainer.device
+        )
         model.ranker = model._ranker_stage(ctx, keys, data, X, s)
         model.report |= {"stage_keys": keys, "index": index_section(s.indexing.n_copies, chain.leaf_assignment)}
         return model
 
-    def _ranker_stage(self, ctx: Any, keys: dict[str, str], data: LabeledData, X: sp.csr_matrix,
-                      s: XTransformerSettings) -> LinearRanker:
+    def _ranker_stage(
+        self, ctx: Any, keys: dict[str, str], data: LabeledData, X: sp.csr_matrix, s: XTransformerSettings
+    ) -> LinearRanker:
         rcfg = s.ranker
         reads = reads_matcher(rcfg)
-        emb, topb = self.embed_stage(ctx, "matcher_outputs", keys["matcher_outputs"], data, s.matcher.progress) \
-            if reads else (None, None)
+        emb, topb = (
+            self.embed_stage(ctx, "matcher_outputs", keys["matcher_outputs"], data, s.matcher.progress)
+            if reads
+            else (None, None)
+        )
 
         def build(tmp: Path) -> None:
-            train_ranker(X, data.Y, self.chain.leaf_assignment, rcfg, emb if rcfg.features != "tfidf" else None,
-                         topb if "man" in rcfg.negatives else None, merge=s.indexing.merge).save(tmp / "model")
+            train_ranker(
+                X,
+                data.Y,
+                self.chain.leaf_assignment,
+                rcfg,
+                emb if rcfg.features != "tfidf" else None,
+                topb if "man" in rcfg.negatives else None,
+                merge=s.indexing.merge,
+            ).save(tmp / "model")
 
         folder = ctx.cache.run("ranker", keys["ranker"], build, settings=rcfg.training_settings())
         ranker = LinearRanker.load(folder / "model")
@@ -80,12 +108,16 @@ class XTransformer(NeuralModel):
         return ranker
 
     # ------------------------------------------------------------------ prediction
-    def _predict_texts(self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None) -> sp.csr_matrix:
+    def _predict_texts(
+        self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None
+    ) -> sp.csr_matrix:
         X = self.tfidf.from_texts(texts)
         emb, topb = self.embed(texts, settings)
         if report is not None:
             report["topb"] = topb
-        feats = X if self.features["kind"] == "tfidf" else concat_features(X, emb, weight=self.features["neural_weight"])
+        feats = (
+            X if self.features["kind"] == "tfidf" else concat_features(X, emb, weight=self.features["neural_weight"])
+        )
         return with_settings(self.ranker, settings).predict(feats, topb)
 
     def _diagnose(self, data: LabeledData, report: dict[str, Any]) -> dict[str, Any]:
@@ -105,10 +137,16 @@ class XTransformer(NeuralModel):
         return components | {"label_tree": TREE_DIR}
 
     @classmethod
-    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> "XTransformer":
+    def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> XTransformer:
         tfidf, matcher = cls._load_neural(folder)
-        return cls(records, tfidf, matcher, components["features"], ClusterChain.load(folder / TREE_DIR),
-                   LinearRanker.load(folder / RANKER_DIR))
+        return cls(
+            records,
+            tfidf,
+            matcher,
+            components["features"],
+            ClusterChain.load(folder / TREE_DIR),
+            LinearRanker.load(folder / RANKER_DIR),
+        )
 
 
 def reads_matcher(rcfg: RankerConfig) -> bool:
