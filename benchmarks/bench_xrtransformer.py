@@ -87,12 +87,8 @@ def run_variant(name: str, base: list[str], cache_dir: Path, out_root: Path) -> 
         raise SystemExit(f"variant {name} failed (exit {proc.returncode})")
     m = json.loads((out / "metrics.json").read_text())
     res = m["results"]["xrtransformer"]
-    n_eval = m["dataset_summary"]["splits"][m["eval_split"]]["docs"] if "splits" in m["dataset_summary"] else None
-    enc = m.get("xrtransformer", {}).get("encode_docs_per_s", {}).get(m["eval_split"])
-    search_s = m["timings_s"].get("predict")
-    docs_s = None
-    if enc and search_s and n_eval:
-        docs_s = 1.0 / (1.0 / enc + search_s / n_eval)
+    # the run scores its eval split through the model's own predict (texts -> TF-IDF, encoder, beam search)
+    docs_s = m.get("reports", {}).get("xrtransformer", {}).get("predict_docs_per_s")
     row = {
         "variant": name,
         "what": why,
@@ -110,6 +106,10 @@ def run_variant(name: str, base: list[str], cache_dir: Path, out_root: Path) -> 
         "run_wall_s": time.perf_counter() - start,
         "peak_rss_gib": m["peak_rss_gib"],
         "combined_P@1": m["results"].get("xrtransformer+xrlinear", {}).get("P@1"),
+        "combined": {k: m["results"].get("xrtransformer+xrlinear", {}).get(k) for k in ("P@1", "P@3", "P@5", "nDCG@5")},
+        "xrlinear": {k: m["results"].get("xrlinear", {}).get(k) for k in ("P@1", "P@3", "P@5", "nDCG@5")},
+        "nDCG@5": res.get("nDCG@5"),
+        "timings_s": m["timings_s"],
         "xrlinear_P@1": m["results"].get("xrlinear", {}).get("P@1"),
     }
     print(json.dumps(row), flush=True)
