@@ -115,7 +115,7 @@ def bare_loop(module: Any, loader: Any, steps: int, precision: str, grad_clip: f
     """The same optimisation as Lightning's automatic loop, written out by hand."""
     from xtransformer.encoders import autocast_context
     from xtransformer.matcher.loss import squared_hinge_loss
-    from xtransformer.matcher.module import LinearWarmupDecay
+    from xtransformer.training import LinearWarmupDecay
 
     module.train()
     optimizer = torch.optim.AdamW(module.param_groups(), lr=module.hparams.lr, eps=module.hparams.adam_eps)

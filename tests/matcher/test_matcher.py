@@ -24,8 +24,9 @@ from xtransformer.matcher.datamodule import (
     tokenize_texts,
 )
 from xtransformer.matcher.loss import cluster_recall_at_b, squared_hinge_loss
-from xtransformer.matcher.module import LinearWarmupDecay, MatcherModule, TrainOptions
+from xtransformer.matcher.module import MatcherModule, TrainOptions
 from xtransformer.matcher.train import topb_recall
+from xtransformer.training import LinearWarmupDecay
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
