@@ -29,7 +29,7 @@ from xtransformer.settings import PREDICT, RUN, TRAIN, Settings, role
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 N_LABELS = 90  # Reuters: the level plan of XR-Transformer needs the label count only
 
-ALL = {"tfidf", "xrlinear", "indexing", "matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal"}
+ALL = {"tfidf", "xrlinear", "indexing", "matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal", "cnn"}
 NEURAL_TREE = {"indexing", "matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal"}
 # keys each group's training settings must change (its own stage and everything downstream)
 DOWNSTREAM = {
@@ -37,7 +37,8 @@ DOWNSTREAM = {
     "xrlinear": {"xrlinear"} | NEURAL_TREE,  # in a neural record: the tree's overlap source (λ > 1)
     "indexing": NEURAL_TREE,
     "matcher": {"matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal"},
-    "trainer": {"matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal"},
+    "trainer": {"matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal", "cnn"},
+    "cnn": {"cnn"},
     "ranker": {"ranker"},
     "xrtransformer": {"xrlevel", "xrembed", "xrfinal"},
     "xrtransformer.final": {"xrfinal"},
@@ -63,6 +64,9 @@ CANDIDATES: dict[str, list[Any]] = {
     "name": ["text_emb"],
     "strip_accents": [None],
     "max_features": [1000],
+    "embeddings": ["random"],
+    "encoder": ["tiny:bert"],
+    "filter_widths": [[3, 5]],
 }
 
 
@@ -180,6 +184,8 @@ CASES = [
     ("xrtransformer", ()),
     ("xtransformer", ("indexing.n_copies=2",)),
     ("xrlinear", ("xrlinear.model.negatives=tfn+man", "xrlinear.indexing.n_copies=2")),
+    ("kimcnn", ()),
+    ("xmlcnn", ()),
 ]
 
 

@@ -18,7 +18,7 @@ from xtransformer.pipeline.settings import run_settings
 from xtransformer.settings import Settings
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-GROUPS = ("data", "tfidf", "indexing", "matcher", "ranker", "xrlinear", "xrtransformer", "method", "trainer")
+GROUPS = ("data", "tfidf", "indexing", "matcher", "ranker", "xrlinear", "xrtransformer", "cnn", "method", "trainer")
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONFIGS / g).glob("*.yaml")) if not p.stem.startswith("_")]
 
 
@@ -34,7 +34,7 @@ def test_every_group_option_gives_valid_settings(group, option):
         overrides.append("data.path=/some/folder")  # the template has no path (a one-line error otherwise)
     if group == "trainer" and option == "gpu":
         pytest.skip("trainer=gpu is checked against the visible GPUs (none here): see test_reliability")
-    for method in ("xtransformer", "xrtransformer", "xrlinear"):
+    for method in ("xtransformer", "xrtransformer", "xrlinear", "kimcnn", "xmlcnn"):
         s = run_settings(_compose(*overrides, f"method={method}"))
         assert s.method == method
 

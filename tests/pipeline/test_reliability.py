@@ -358,6 +358,21 @@ SETTINGS = [
         "train_xrlinear=maybe", "method=xrlinear", "train_xrlinear=maybe", message=names("train_xrlinear", "maybe")
     ),
     setting("matcher.topb=0", "matcher.topb=0", message=names("topb", "0")),
+    # the CNN baselines: the network's shape against the tokens read (train.yaml: 128)
+    setting(
+        "cnn filter wider than max_length",
+        "method=kimcnn",
+        "cnn.filter_widths=[200]",
+        message=names("cnn.filter_widths", "[200]") + r".*wider than cnn\.max_length=128",
+    ),
+    setting("cnn.feature_maps=0", "method=xmlcnn", "cnn.feature_maps=0", message=names("cnn.feature_maps", "0")),
+    setting(
+        "cnn pooling chunks above the sequence",
+        "method=xmlcnn",
+        "cnn.pooling_chunks=200",
+        message=names("cnn.pooling_chunks", "200") + r".*positions",
+    ),
+    setting("cnn.embeddings=glove", "method=kimcnn", "cnn.embeddings=glove", message=names("cnn.embeddings", "glove")),
     setting("matcher.embed_max_length=0", "matcher.embed_max_length=0", message=names("embed_max_length", "0")),
     setting("combine_weight=1.5", "combine_weight=1.5", message=names("combine_weight", "1.5")),
     setting("matcher.batch_size=0", "matcher.batch_size=0", message=names("batch_size", "0")),

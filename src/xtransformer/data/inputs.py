@@ -84,6 +84,18 @@ class LabeledData:
             return inputs
         return LabeledData.build(inputs, labels, self.label_ids, self.label_names)
 
+    def take(self, rows: Any) -> LabeledData:
+        """The documents of ``rows`` (an index array), in that order, in this label space."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return LabeledData(
+            Y=self.Y[rows],
+            label_ids=self.label_ids,
+            label_names=self.label_names,
+            texts=[self.texts[i] for i in rows] if self.texts is not None else None,
+            features=self.features[rows] if self.features is not None else None,
+            source=self.source,
+        )
+
     # ------------------------------------------------------------------ facts
     def __len__(self) -> int:
         return self.Y.shape[0]

@@ -18,6 +18,8 @@ METHODS: dict[str, str] = {
     "xrlinear": "xtransformer.methods.xrlinear:XRLinear",
     "xtransformer": "xtransformer.methods.xtransformer:XTransformer",
     "xrtransformer": "xtransformer.methods.xrtransformer:XRTransformer",
+    "kimcnn": "xtransformer.methods.cnn:KimCNN",
+    "xmlcnn": "xtransformer.methods.cnn:XMLCNN",
 }
 # model folders that are not trained by a run of their own: combinations of trained members
 COMBINATIONS: dict[str, str] = {"ensemble": "xtransformer.methods.combination:Combination"}

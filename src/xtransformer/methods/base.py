@@ -131,12 +131,12 @@ class XMCModel:
             )
         if not groups:
             return base
-        merged = {name: getattr(base, name) for name in _field_names(base)}
+        plain = {name: _plain(getattr(base, name)) for name in _field_names(base)}
         for name, value in groups.items():
-            if name not in merged:
-                raise ModelError(f"{cls.__name__}.fit: unknown settings group {name!r}; it takes {sorted(merged)}")
-            merged[name] = value.to_dict() if isinstance(value, Settings) else value
-        plain = {k: (v.to_dict() if isinstance(v, Settings) else v) for k, v in merged.items()}
+            if name not in plain:
+                raise ModelError(f"{cls.__name__}.fit: unknown settings group {name!r}; it takes {sorted(plain)}")
+            # a record replaces the section; a mapping changes only the keys it names
+            plain[name] = value.to_dict() if isinstance(value, Settings) else _merged(plain[name], value)
         return cls.settings_class.from_mapping(plain)
 
     @classmethod
@@ -364,6 +364,17 @@ def _pair(validation: Any) -> tuple[Any, Any]:
     if isinstance(validation, tuple) and len(validation) == 2:
         return validation
     raise ModelError("validation must be (inputs, labels) or LabeledData")
+
+
+def _plain(value: Any) -> Any:
+    return value.to_dict() if isinstance(value, Settings) else value
+
+
+def _merged(base: Any, over: Any) -> Any:
+    """``over`` on ``base``, nested mappings key by key (anything else replaces)."""
+    if not (isinstance(base, Mapping) and isinstance(over, Mapping)):
+        return over
+    return {**base, **{k: _merged(base.get(k), v) for k, v in over.items()}}
 
 
 def _field_names(record: Settings) -> list[str]:

@@ -123,6 +123,7 @@ GROUPS = (
     "ranker",
     "xrlinear",
     "xrtransformer",
+    "cnn",
     "trainer",
     "logger",
     "paths",

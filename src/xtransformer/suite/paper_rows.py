@@ -9,7 +9,7 @@ from typing import Any
 
 from xtransformer.suite.runs import MEMBER_SEP, STAT_KEYS
 
-METHOD_ORDER = {"xtransformer": 0, "ensemble": 1, "xrlinear": 2}
+METHOD_ORDER = {"xtransformer": 0, "ensemble": 1, "xrlinear": 2, "kimcnn": 3, "xmlcnn": 4}
 
 # --------------------------------------------------------------------------- Table 5 numbering
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.json"
+CNN_METHODS = ("kimcnn", "xmlcnn")  # the deep baselines: their descriptor's matcher is the network
 
 # The fixed part of every row's configuration descriptor, in display order.
 DESCRIPTOR_KEYS = (
@@ -214,6 +215,8 @@ def _run_descriptor(doc: Mapping[str, Any]) -> dict[str, Any]:
             ranker_features="tfidf",
             negatives=_leaf(cfg, "xrlinear.negatives"),
         )
+    elif method in CNN_METHODS:  # no tree, no rankers: the network is the whole model
+        desc.update(matcher=_leaf(cfg, "cnn.name"))
     else:
         desc.update(
             indexing=_leaf(cfg, "indexing.name"),

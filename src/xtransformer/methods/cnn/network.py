@@ -1,0 +1,51 @@
+"""The text CNN: word embeddings, convolutions of several widths, (dynamic) max pooling, an
+optional bottleneck, one output over all labels."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# the settings that shape the network (a model folder's record of it)
+NETWORK_KEYS = ("filter_widths", "feature_maps", "pooling_chunks", "bottleneck", "embed_dropout", "dropout")
+
+
+def dynamic_max_pool(h: torch.Tensor, chunks: int) -> torch.Tensor:
+    """``B x M x T`` feature maps -> ``B x (M * chunks)``: the maximum of each of ``chunks``
+    consecutive stretches of the sequence (XML-CNN's dynamic max pooling; 1 chunk: max pooling)."""
+    return F.adaptive_max_pool1d(h, chunks).flatten(1)
+
+
+class TextCNN(nn.Module):
+    """``tokens -> embedding -> [conv_w -> ReLU -> pool]_w -> (bottleneck -> ReLU) -> logits``."""
+
+    def __init__(self, embedding: torch.Tensor | tuple[int, int], n_labels: int, cfg: object) -> None:
+        """``embedding``: the initial ``V x E`` table, or its shape for N(0, 1) rows; ``cfg``: anything
+        with the attributes :data:`NETWORK_KEYS` names (a ``CNNConfig``, a folder's record)."""
+        super().__init__()
+        self.embedding = (
+            nn.Embedding.from_pretrained(embedding, freeze=False)
+            if isinstance(embedding, torch.Tensor)
+            else nn.Embedding(*embedding)
+        )
+        dim = self.embedding.embedding_dim
+        self.convs = nn.ModuleList(nn.Conv1d(dim, cfg.feature_maps, w) for w in cfg.filter_widths)
+        self.chunks, self.widest = int(cfg.pooling_chunks), max(cfg.filter_widths)
+        pooled = cfg.feature_maps * len(cfg.filter_widths) * self.chunks
+        self.bottleneck = nn.Linear(pooled, cfg.bottleneck) if cfg.bottleneck else None
+        self.embed_dropout, self.dropout = nn.Dropout(cfg.embed_dropout), nn.Dropout(cfg.dropout)
+        self.output = nn.Linear(cfg.bottleneck or pooled, n_labels)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Logits ``B x L``; padded positions embed as zeros, short texts are padded to the widest filter."""
+        x = self.embed_dropout(self.embedding(input_ids)) * attention_mask.unsqueeze(-1).to(self.embedding.weight.dtype)
+        x = x.transpose(1, 2)  # B x E x T: the convolutions run along the sequence
+        need = self.widest + self.chunks - 1  # every chunk of every map gets at least one position
+        if x.shape[-1] < need:
+            x = F.pad(x, (0, need - x.shape[-1]))
+        pooled = torch.cat([dynamic_max_pool(F.relu(conv(x)), self.chunks) for conv in self.convs], dim=1)
+        h = self.dropout(pooled)
+        if self.bottleneck is not None:
+            h = self.dropout(F.relu(self.bottleneck(h)))
+        return self.output(h)
