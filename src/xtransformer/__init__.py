@@ -19,6 +19,8 @@ _EXPORTS = {
     "XRLinear": "xtransformer.methods.xrlinear",
     "XTransformer": "xtransformer.methods.xtransformer",
     "XRTransformer": "xtransformer.methods.xrtransformer",
+    "KimCNN": "xtransformer.methods.cnn",
+    "XMLCNN": "xtransformer.methods.cnn",
     "Combination": "xtransformer.methods.combination",
     "TrainContext": "xtransformer.context",
     "TrainerConfig": "xtransformer.context",
