@@ -307,3 +307,20 @@ def test_module_entry_point(sweep: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("| Dataset | Config. ID |")
     assert (out / "results_p_at_k.png").is_file()
+
+
+def test_cnn_baselines_are_rows_of_their_own_after_the_grid(tmp_path: Path) -> None:
+    import json
+
+    folders = table5_grid(tmp_path)
+    for seed in (0, 1):
+        for method, p1 in (("kimcnn", 50.0), ("xmlcnn", 52.0)):
+            run = write_run(tmp_path / "sweep" / f"{method}-{seed}", seed=seed, p1=p1 + seed, method=method)
+            doc = json.loads((run / "metrics.json").read_text())
+            doc["config"]["cnn"] = {"name": method, "filter_widths": [8]}
+            (run / "metrics.json").write_text(json.dumps(doc))
+    agg = aggregate(scan_runs(folders).rows)
+    cnn = [r for r in agg if r["method"] in ("kimcnn", "xmlcnn")]
+    assert [r["method"] for r in agg[-2:]] == ["kimcnn", "xmlcnn"]  # after the paper's rows
+    assert [(r["matcher"], r["n_seeds"], r["paper_row"]) for r in cnn] == [("kimcnn", 2, None), ("xmlcnn", 2, None)]
+    assert cnn[0]["mean"]["P@1"] == pytest.approx(50.5) and cnn[1]["mean"]["P@1"] == pytest.approx(52.5)
