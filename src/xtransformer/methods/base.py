@@ -163,6 +163,45 @@ class XMCModel:
     ) -> XMCModel:
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ growing
+    def add_labels(
+        self,
+        inputs: Any,
+        labels: Any = None,
+        *,
+        label_ids: Sequence[str] | None = None,
+        label_names: Sequence[str] | None = None,
+        new_labels: Sequence[str] | None = None,
+    ) -> XMCModel:
+        """A new model: this one with the labels the documents carry that it lacks (or exactly
+        ``new_labels``) placed at their nearest leaves and trained on the documents the model
+        routes there (``methods/adding.py``). This model, its folder and every old label's scores
+        stay as they are; ``save`` the new one to a new folder. ``inputs`` / ``labels`` /
+        ``label_ids`` / ``label_names``: as :meth:`fit` takes them (names name the new labels)."""
+        import time
+
+        from xtransformer.methods.adding import plan_additions
+
+        data = LabeledData.build(inputs, labels, label_ids, label_names)
+        plan = plan_additions(self.label_ids, self.label_names, data, new_labels)
+        start = time.perf_counter()
+        model = self._add_labels(plan)
+        history = [*self.train_settings.get("added_labels", []), plan.record()]
+        model.train_settings = {**self.train_settings, "added_labels": history}
+        model.report = {"added_labels": plan.summary() | model.report | {"seconds": time.perf_counter() - start}}
+        return model
+
+    def grown_records(self, plan: Any) -> ModelRecords:
+        """This model's records over the grown label space of ``plan`` (an ``Additions``)."""
+        d = plan.data
+        return ModelRecords(
+            d.label_ids, d.label_names, dict(self.predict_settings), dict(self.train_settings), self.method
+        )
+
+    def _add_labels(self, plan: Any) -> XMCModel:
+        """The grown model (``plan``: the ``Additions``); its ``report``: what placing and training did."""
+        raise ModelError(f"a {self.method} model cannot add labels")
+
     # ------------------------------------------------------------------ prediction
     @property
     def n_labels(self) -> int:

@@ -121,6 +121,16 @@ class Combination(XMCModel):
     def _member_topk(member: XMCModel, settings: Mapping[str, Any]) -> int:
         return max(int(settings["topk"]), int(member.predict_settings["topk"]))
 
+    # ------------------------------------------------------------------ growing
+    def _add_labels(self, plan: Any) -> Combination:
+        """Every member grown by the same labels, combined as before."""
+        members = [m.add_labels(plan.data, new_labels=plan.new_ids) for m in self.members]
+        p = self.predict_settings
+        out = Combination(members, p["method"], p.get("weights"), p["topk"], name=self.method)
+        out.train_settings = dict(self.train_settings)
+        out.report = {m.method: m.report["added_labels"] for m in members}
+        return out
+
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
         refs = []

@@ -81,6 +81,19 @@ class XRLinear(XMCModel):
     def _predict_features(self, X: sp.spmatrix, settings: dict[str, Any]) -> sp.csr_matrix:
         return with_settings(self.model, settings).predict(self.tfidf.from_features(X))
 
+    # ------------------------------------------------------------------ growing
+    def _add_labels(self, plan: Any) -> XRLinear:
+        """New labels at the leaves nearest their PIFA-TF-IDF rows (the representation it indexed with)."""
+        from xtransformer.methods.adding import grown_report
+
+        d = plan.data
+        X = self.tfidf.from_texts(d.texts) if d.texts is not None else self.tfidf.from_features(d.features)
+        model, report = self.model.add_labels(X, d.Y)
+        model.config = self.model.config
+        out = XRLinear(self.grown_records(plan), self.tfidf, model)
+        out.report = grown_report(report, plan.new_ids)
+        return out
+
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
         self.tfidf.save(tmp / TFIDF_DIR)

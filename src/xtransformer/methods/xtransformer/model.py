@@ -129,6 +129,31 @@ class XTransformer(NeuralModel):
         recall = topb_recall(topb, binarize(Y @ self.chain.leaf_assignment))
         return {"matcher_cluster_recall": {f"cluster_recall@{b}": round(100 * recall, 3)}}
 
+    # ------------------------------------------------------------------ growing
+    def _add_labels(self, plan: Any) -> XTransformer:
+        """New labels at the leaves nearest them in the tree's representation (PIFA-TF-IDF, else PIFA
+        over the ranker's features), ranked over the matcher's top-b clusters as trained."""
+        from xtransformer.indexing.placement import grow_chain, leaves_per_label, place_labels
+
+        texts = plan.data.require_texts("adding labels to an xtransformer model")
+        X = self.tfidf.from_texts(texts)
+        emb, topb = self.embed(texts, self.predict_settings, progress=True)
+        feats = (
+            X if self.features["kind"] == "tfidf" else concat_features(X, emb, weight=self.features["neural_weight"])
+        )
+        index_name = self.train_settings.get("indexing", {}).get("name", "pifa_tfidf")
+        C = self.chain.leaf_assignment
+        placed = place_labels(plan.data.Y, X if index_name == "pifa_tfidf" else feats, C, leaves_per_label(C), topb)
+        ranker, report = self.ranker.add_labels(feats, plan.data.Y, placed.leaves, topb)
+        ranker.config = self.ranker.config
+        out = XTransformer(
+            self.grown_records(plan), self.tfidf, self.matcher, self.features, grow_chain(self.chain, placed.leaves)
+        )
+        out.ranker, out.device = ranker, self.device
+        leaves = {label: placed.leaves[i].indices.tolist() for i, label in enumerate(plan.new_ids)}
+        out.report = report | {"placement": placed.summary(), "leaves": leaves}
+        return out
+
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
         components = self._save_neural(tmp)
