@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.data.inputs import LabeledData
@@ -34,6 +35,7 @@ from xtransformer.methods.xrtransformer.features import combine_with_head, final
 from xtransformer.methods.xrtransformer.levels import EMBED_STAGE, LEVEL_STAGE, n_matched
 from xtransformer.ranker import HierarchicalLinear, LinearForest, load_tree_model
 from xtransformer.utils.io import save_json, settings_key
+from xtransformer.utils.rows import unit_rows
 
 
 class XRTransformer(NeuralModel):
@@ -135,6 +137,8 @@ class XRTransformer(NeuralModel):
     ) -> sp.csr_matrix:
         X = self.tfidf.from_texts(texts)
         emb, head = self.embed(texts, settings)
+        if report is not None:
+            report["zero_shot_rows"] = unit_rows(emb.astype(np.float32))
         model = with_settings(self.final, settings)
         scores = model.predict(final_features(self.features["kind"], X, emb, self.features["neural_weight"]))
         if not settings.get("combine_head"):

@@ -28,6 +28,7 @@ from xtransformer.methods.xtransformer.config import XTransformerSettings
 from xtransformer.ranker import LinearRanker, RankerConfig, concat_features, train_ranker
 from xtransformer.ranker.negatives import binarize
 from xtransformer.utils.io import settings_key
+from xtransformer.utils.rows import unit_rows
 
 
 class XTransformer(NeuralModel):
@@ -114,7 +115,7 @@ class XTransformer(NeuralModel):
         X = self.tfidf.from_texts(texts)
         emb, topb = self.embed(texts, settings)
         if report is not None:
-            report["topb"] = topb
+            report["topb"], report["zero_shot_rows"] = topb, unit_rows(emb.astype(np.float32))
         feats = (
             X if self.features["kind"] == "tfidf" else concat_features(X, emb, weight=self.features["neural_weight"])
         )
