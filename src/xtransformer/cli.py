@@ -313,6 +313,12 @@ def add_labels_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--split", default="train", help="which files of --data (default train)")
     p.add_argument("--new-labels", default=None, help="the ids to add, one a line (default: every id the model lacks)")
     p.add_argument("--output", required=True, help="the new model folder (must not exist yet)")
+    p.add_argument(
+        "--zero-shot",
+        action="store_true",
+        help="instead: score the model's labels that no document of --data carries from their names "
+        "(label_text.txt), calibrated on those documents (prediction setting zero_shot_labels)",
+    )
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the model's files")
     args = p.parse_args(argv)
     try:
@@ -332,6 +338,8 @@ def _add_labels(args: argparse.Namespace) -> int:
     model = XMCModel.load(args.model, method=args.method, verify=not args.no_verify)
     if model.folder is not None and output.is_relative_to(model.folder.resolve()):
         raise CLIError(f"--output {args.output}: inside the model folder, which stays untouched")
+    if args.zero_shot:
+        return _zero_shot(model, args, output)
     new = read_new_labels(args.new_labels) if args.new_labels else None
     grown = model.add_labels(read_folder(args.data, args.split), new_labels=new)
     grown.save(output)
@@ -341,6 +349,19 @@ def _add_labels(args: argparse.Namespace) -> int:
         f"{facts['seconds']:.1f} s: {model.n_labels} -> {grown.n_labels} labels, saved to {output}",
         file=sys.stderr,
     )
+    return 0
+
+
+def _zero_shot(model: Any, args: argparse.Namespace, output: Path) -> int:
+    from xtransformer.methods.adding import zero_shot_data
+
+    data = zero_shot_data(args.data, args.split, model.label_ids, model.label_names)
+    for part in [model, *getattr(model, "members", [])]:  # a combination's members read the names too
+        part.label_names = data.label_names
+    model.fit_zero_shot(data)
+    model.save(output)
+    n = len(model.zero_shot.labels) if model.zero_shot is not None else "their"
+    print(f"xmc-add-labels: {n} labels without documents scored from their text, saved to {output}", file=sys.stderr)
     return 0
 
 

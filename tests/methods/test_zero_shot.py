@@ -62,3 +62,28 @@ def test_zero_shot_needs_a_label_without_documents(zero_shot_model):
     assert "no zero-shot label" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(ModelError, match="zero_shot_labels"):
         fresh.predict(texts["dev"][:1], zero_shot_labels=True)  # a model without the part: named setting
+
+
+def test_command_line_scores_labels_without_documents_from_label_text(tmp_path, capsys):
+    from run_helpers import write_text_dataset
+
+    from xtransformer.cli import add_labels_main
+
+    texts, Y, _ = toy_xmc()
+    lists = [[IDS[j] for j in Y["train"][i].indices if j != 11] for i in range(Y["train"].shape[0])]
+    XRLinear.fit(texts["train"], lists, label_ids=IDS).save(tmp_path / "model")  # named by their ids only
+    label_text = [f"{IDS[j]}\t{' '.join(keywords(j, texts['train'], Y['train']))}" for j in range(12)]
+    data = write_text_dataset(
+        tmp_path / "data", {"train": (texts["train"], [" ".join(r) for r in lists])}, label_text=label_text
+    )
+    argv = ["--model", str(tmp_path / "model"), "--data", str(data), "--output", str(tmp_path / "zs"), "--zero-shot"]
+    assert add_labels_main(argv) == 0 and "1 labels without documents" in capsys.readouterr().err
+    model = XMCModel.load(tmp_path / "zs")
+    assert model.label_names[11] == label_text[11].split("\t")[1]
+    doc = texts["train"][0] + " " + model.label_names[11]
+    assert "L11" in model.predict([doc], k=3, zero_shot_labels=True)[0]["labels"]
+    bad = write_text_dataset(tmp_path / "bad", {"train": (texts["train"][:2], ["L1 X9", "L2"])})
+    argv[3], argv[5] = str(bad), str(tmp_path / "zs2")
+    assert add_labels_main(argv) == 2 and "'X9' of train_labels.txt is not one of the model's labels" in (
+        capsys.readouterr().err
+    )

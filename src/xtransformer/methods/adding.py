@@ -117,7 +117,7 @@ def read_folder(folder: str | Path, split: str = "train") -> LabeledData:
             raise DataError(
                 f"no {path.name} (the documents to add labels from: {split}_texts.txt, {split}_labels.txt)", folder
             )
-    texts, rows = read_texts(texts_path), read_label_lines(labels_path)
+    texts, rows = read_texts(texts_path), read_label_lines(labels_path, allow_empty=True)  # negatives only
     if len(texts) != len(rows):
         raise DataError(f"{len(texts)} texts but {len(rows)} label lines in {labels_path.name}", folder)
     vocab = LabelVocab.from_labels(rows)
@@ -141,3 +141,25 @@ def read_new_labels(path: str | Path) -> list[str]:
             raise DataError(f"new label {label!r} is listed twice (first on line {out[label]})", path, i)
         out[label] = i
     return list(out)
+
+
+def zero_shot_data(folder: str | Path, split: str, label_ids: Sequence[str], label_names: Sequence[str]) -> LabeledData:
+    """``folder``'s ``split`` documents in a model's label space (``label_ids``), the labels named by
+    ``label_text.txt`` where it names them (else as the model does): what ``fit_zero_shot`` reads."""
+    from xtransformer.data.errors import DataError
+    from xtransformer.data.readers import read_label_text
+    from xtransformer.data.vocab import LabelVocab
+
+    data = read_folder(folder, split)
+    known = set(label_ids)
+    unknown = [label for label in data.label_ids if label not in known]
+    if unknown:
+        raise DataError(f"label {unknown[0]!r} of {split}_labels.txt is not one of the model's labels", folder)
+    where = {label: j for j, label in enumerate(data.label_ids)}
+    names = list(label_names)
+    path = Path(folder) / "label_text.txt"
+    if path.is_file():
+        given = read_label_text(path, LabelVocab(list(label_ids)))[0]
+        names = [g if g != label else n for g, label, n in zip(given, label_ids, names)]
+    Y = _columns(data.Y, [where.get(label, -1) for label in label_ids])
+    return LabeledData(Y, list(label_ids), names, data.texts, None, data.source)
