@@ -17,6 +17,7 @@ folder's ``predict_settings.json``, overridable per call; the components are not
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ from xtransformer.model.folder import (
 )
 from xtransformer.settings import Settings
 from xtransformer.utils.io import atomic_dir, save_json
+
+log = logging.getLogger(__name__)
 
 INDEX = "models.json"  # in a run's model/ folder: the methods it holds and the main one
 
@@ -188,6 +191,7 @@ class XMCModel:
         data = LabeledData.build(inputs, labels, label_ids, label_names)
         plan = plan_additions(self.label_ids, self.label_names, data, new_labels)
         start = time.perf_counter()
+        log.info("adding %d labels to a %s model from %d documents", len(plan.new_ids), self.method, len(data))
         model = self._add_labels(plan)
         if self.zero_shot is not None:  # old indices stand; the label space grew
             model.zero_shot = dataclasses.replace(self.zero_shot, n_labels=model.n_labels)
