@@ -39,18 +39,19 @@ class ZeroShot:
     score_fit: tuple[float, float]
     n_labels: int
     ceiling: float  # the highest trained score seen: a text match never outranks the surest trained label
+    centre: np.ndarray  # each zero-shot label's mean cosine over the calibration documents (hubness)
 
     def scores(self, D: np.ndarray | sp.spmatrix) -> sp.csr_matrix:
         """``N x L`` (zero-shot columns only): each document's ``PER_DOC`` best-matching zero-shot
         labels, their cosines mapped onto the trained scores' scale (non-positive ones dropped)."""
-        sims = _dense(D @ self.rows.T)
+        sims = _dense(D @ self.rows.T) - self.centre
         (a, b), (c, d) = self.text_fit, self.score_fit
         n, width = sims.shape
         keep = min(PER_DOC, width)
         top = np.argpartition(-sims, keep - 1, axis=1)[:, :keep] if width else np.zeros((n, 0), np.int64)
         cos = np.take_along_axis(sims, top, axis=1)
         score = np.clip((a * cos + b - d) / c, 0.0, self.ceiling).astype(np.float32)
-        ok = (cos > 0) & (score > 0)
+        ok = score > 0
         rows = np.repeat(np.arange(n), keep).reshape(n, keep)
         return sp.csr_matrix((score[ok], (rows[ok], self.labels[top[ok]])), shape=(n, self.n_labels))
 
@@ -62,6 +63,7 @@ class ZeroShot:
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         np.save(folder / "labels.npy", self.labels)
+        np.save(folder / "centre.npy", self.centre)
         if sp.issparse(self.rows):
             save_csr(sp.csr_matrix(self.rows), folder / "rows.npz")
         else:
@@ -82,7 +84,8 @@ class ZeroShot:
         meta = load_json(folder / "zero_shot.json")
         rows = load_csr(folder / "rows.npz") if (folder / "rows.npz").is_file() else np.load(folder / "rows.npy")
         fits = tuple(meta["text_fit"]), tuple(meta["score_fit"])
-        return cls(np.load(folder / "labels.npy"), rows, *fits, meta["n_labels"], meta["ceiling"])
+        centre = np.load(folder / "centre.npy")
+        return cls(np.load(folder / "labels.npy"), rows, *fits, meta["n_labels"], meta["ceiling"], centre)
 
 
 def fit_zero_shot(
@@ -95,7 +98,9 @@ def fit_zero_shot(
     """Fit on calibration documents: their rows ``D``, every label's text row ``V`` (``L x D``),
     their labels ``Y`` and the model's scores ``pred``; ``zero``: the labels to score from text."""
     trained = np.setdiff1d(np.arange(Y.shape[1]), zero)
-    sims = _dense(D @ V[trained].T)
+    raw = _dense(D @ V.T)
+    centre = raw.mean(axis=0)  # a label text close to every document (a hub) says little about any one
+    sims = raw[:, trained] - centre[trained]
     width = min(PAIRS_PER_DOC, len(trained))
     top = np.argpartition(-sims, width - 1, axis=1)[:, :width]
     rows = np.repeat(np.arange(sims.shape[0]), width)
@@ -106,7 +111,8 @@ def fit_zero_shot(
     if score_fit[0] <= 0 or text_fit[0] <= 0:
         raise ModelError(f"zero-shot calibration: no rising fit (scores {score_fit}, label texts {text_fit})")
     ceiling = float(p.data.max(initial=0.0))
-    return ZeroShot(np.asarray(zero, np.int64), V[zero], text_fit, score_fit, Y.shape[1], ceiling)
+    zero = np.asarray(zero, np.int64)
+    return ZeroShot(zero, V[zero], text_fit, score_fit, Y.shape[1], ceiling, centre[zero].astype(np.float32))
 
 
 def logistic_1d(x: np.ndarray, y: np.ndarray, iters: int = 50, l2: float = 1e-3) -> tuple[float, float]:
