@@ -3,10 +3,12 @@
 Every method scores a label without training documents zero (it has no weights). Such a label
 still has a name and alternative names (``label_text.txt``): a document scores it by the cosine
 between the document's row and the label text's row in the same space (TF-IDF for XR-Linear, the
-fine-tuned encoder's embedding for the neural methods). Cosines and trained scores live on
-different scales, so both are mapped to the chance that the label is right, each by a logistic
-fit on training documents (cosines of the trained labels' texts, and the model's own scores,
-against the documents' labels), and a cosine becomes the trained score of the same chance. The
+fine-tuned encoder's embedding for the neural methods), less the label's mean cosine over the
+calibration documents (a label text near every document says little about any one). Cosines and
+trained scores live on different scales, so both are mapped to the chance that the label is
+right, each by a logistic fit on training documents (cosines of the trained labels' texts, and the
+model's own scores, against the documents' labels), and a cosine becomes the trained score of the
+same chance. The
 model's scores on documents it was trained on are optimistic, so zero-shot scores land low: a
 zero-shot label displaces a trained one only when its text matches well.
 """
