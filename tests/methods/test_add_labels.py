@@ -175,3 +175,27 @@ def test_neural_combination_adds_labels_to_every_member(tmp_path):
     loaded = XMCModel.load(tmp_path / "combo")
     doc = " ".join(keywords_of(11, texts["train"], Y["train"]) * 2)
     assert "L11" in loaded.predict([doc], k=3)[0]["labels"]
+
+
+@pytest.mark.slow
+def test_xtransformer_ranks_the_new_label_over_its_matchers_clusters(tmp_path):
+    from run_helpers import TINY
+
+    from xtransformer import XTransformer
+    from xtransformer.pipeline.settings import compose_settings
+
+    texts, Y, _ = toy_xmc()
+    lists = [[IDS[j] for j in Y["train"][i].indices] for i in range(Y["train"].shape[0])]
+    without = [[label for label in row if label != "L11"] for row in lists]
+    over = [o for o in TINY if not o.startswith("data.")] + ["indexing.n_clusters=4", "logger=none"]
+    model = XTransformer.fit(
+        texts["train"], without, compose_settings(*over).methods["xtransformer"], label_ids=IDS[:11]
+    )
+    grown = model.add_labels(texts["train"], lists)
+    assert grown.chain.n_labels == 12 and grown.ranker.n_labels == 12
+    assert len(grown.report["added_labels"]["leaves"]["L11"]) == 1
+    a, b = model.predict_csr(texts["dev"]).tocoo(), grown.predict_csr(texts["dev"]).tocsr()
+    shared = np.asarray(b[a.row, a.col]).ravel()
+    assert (shared != 0).sum() > 0 and np.array_equal(a.data[shared != 0], shared[shared != 0])
+    grown.save(tmp_path / "xt")
+    assert XMCModel.load(tmp_path / "xt").label_ids == IDS

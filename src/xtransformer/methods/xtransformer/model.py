@@ -135,6 +135,7 @@ class XTransformer(NeuralModel):
         """New labels at the leaves nearest them in the tree's representation (PIFA-TF-IDF, else PIFA
         over the ranker's features), ranked over the matcher's top-b clusters as trained."""
         from xtransformer.indexing.placement import grow_chain, leaves_per_label, place_labels
+        from xtransformer.methods.adding import grown_report
 
         texts = plan.data.require_texts("adding labels to an xtransformer model")
         X = self.tfidf.from_texts(texts)
@@ -151,8 +152,7 @@ class XTransformer(NeuralModel):
             self.grown_records(plan), self.tfidf, self.matcher, self.features, grow_chain(self.chain, placed.leaves)
         )
         out.ranker, out.device = ranker, self.device
-        leaves = {label: placed.leaves[i].indices.tolist() for i, label in enumerate(plan.new_ids)}
-        out.report = report | {"placement": placed.summary(), "leaves": leaves}
+        out.report = grown_report(report | {"placement": placed.summary(), "leaves": placed.leaves}, plan.new_ids)
         return out
 
     # ------------------------------------------------------------------ folders
