@@ -221,6 +221,12 @@ def save_selection(results: Path, stem: str, best: object, rows: list[dict], lin
     save_table(results, stem, {"best": best, "rows": rows}, "\n".join(lines))
 
 
+def public_args(args: argparse.Namespace) -> dict:
+    """A study's options as its result file keeps them: folders by their last name (no machine-local
+    path), the results folder left out."""
+    return {k: (v.name if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "results"}
+
+
 def save_table(results: Path, stem: str, record: dict, table: str) -> None:
     """Print ``table``; write it to ``<results>/<stem>.md`` and ``record`` to ``<stem>.json``."""
     print(table)

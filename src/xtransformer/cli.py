@@ -1,5 +1,5 @@
-"""Command-line entry points: ``python -m xtransformer {train,predict,serve,ensemble}`` and the
-console scripts ``xmc-train``, ``xmc-predict``, ``xmc-serve``.
+"""Command-line entry points: ``python -m xtransformer {train,predict,serve,add-labels,ensemble}`` and
+the console scripts ``xmc-train``, ``xmc-predict``, ``xmc-serve``, ``xmc-add-labels``.
 
 Only ``train`` imports Hydra / Lightning: predicting with a linear model must stay light.
 """
@@ -297,6 +297,74 @@ def _report_metrics(truth: list[Any], kept: list[Any], unknown: int, to_stderr: 
     print(line, file=sys.stderr if to_stderr else sys.stdout)
 
 
+# ---------------------------------------------------------------------------------------------- add labels
+def add_labels_main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="xmc-add-labels",
+        description="Add labels to a trained model without retraining it: each new label is placed at its "
+        "nearest leaf and its ranker trained on the documents routed there; a new model folder is written "
+        "and the old one left as it is (old labels score exactly as before).",
+    )
+    p.add_argument("--model", required=True, help="a method folder, a run's model/ folder or a run folder")
+    p.add_argument("--method", default=None, help="which model of a run (default: its main method)")
+    p.add_argument(
+        "--data", required=True, help="a data folder: {split}_texts.txt, {split}_labels.txt[, label_text.txt]"
+    )
+    p.add_argument("--split", default="train", help="which files of --data (default train)")
+    p.add_argument("--new-labels", default=None, help="the ids to add, one a line (default: every id the model lacks)")
+    p.add_argument("--output", required=True, help="the new model folder (must not exist yet)")
+    p.add_argument(
+        "--zero-shot",
+        action="store_true",
+        help="instead: score the model's labels that no document of --data carries from their names "
+        "(label_text.txt), calibrated on those documents (prediction setting zero_shot_labels)",
+    )
+    p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the model's files")
+    args = p.parse_args(argv)
+    try:
+        return _add_labels(args)
+    except (CLIError, ValueError, OSError) as e:  # ModelError / DataError are ValueErrors
+        print(f"xmc-add-labels: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _add_labels(args: argparse.Namespace) -> int:
+    from xtransformer.methods.adding import read_folder, read_new_labels
+    from xtransformer.model import XMCModel
+
+    output = Path(args.output).resolve()
+    if output.exists():
+        raise CLIError(f"--output {args.output}: exists; the grown model goes to a new folder")
+    model = XMCModel.load(args.model, method=args.method, verify=not args.no_verify)
+    if model.folder is not None and output.is_relative_to(model.folder.resolve()):
+        raise CLIError(f"--output {args.output}: inside the model folder, which stays untouched")
+    if args.zero_shot:
+        return _zero_shot(model, args, output)
+    new = read_new_labels(args.new_labels) if args.new_labels else None
+    grown = model.add_labels(read_folder(args.data, args.split), new_labels=new)
+    grown.save(output)
+    facts = grown.report["added_labels"]
+    print(
+        f"xmc-add-labels: {facts['n_added']} labels added from {facts['n_docs']} documents in "
+        f"{facts['seconds']:.1f} s: {model.n_labels} -> {grown.n_labels} labels, saved to {output}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _zero_shot(model: Any, args: argparse.Namespace, output: Path) -> int:
+    from xtransformer.methods.adding import zero_shot_data
+
+    data = zero_shot_data(args.data, args.split, model.label_ids, model.label_names)
+    for part in [model, *getattr(model, "members", [])]:  # a combination's members read the names too
+        part.label_names = data.label_names
+    model.fit_zero_shot(data)
+    model.save(output)
+    n = len(model.zero_shot.labels) if model.zero_shot is not None else "their"
+    print(f"xmc-add-labels: {n} labels without documents scored from their text, saved to {output}", file=sys.stderr)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- serve
 def serve_main(argv: Sequence[str] | None = None) -> int:
     from xtransformer.serve import main
@@ -309,6 +377,7 @@ COMMANDS = {
     "train": "train a model (Hydra: xmc-train key=value ...; --help lists the options)",
     "predict": "predict labels for a text file with a saved model folder",
     "serve": "serve a saved model folder over HTTP (FastAPI)",
+    "add-labels": "add labels to a saved model folder, writing a new one",
     "ensemble": "combine the predictions of several finished runs",
 }
 
@@ -332,6 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return predict_main(rest)
     if command == "serve":
         return serve_main(rest)
+    if command == "add-labels":
+        return add_labels_main(rest)
     from xtransformer.ensemble import main as ensemble_main
 
     return ensemble_main(rest)
@@ -343,6 +414,10 @@ def predict_entry() -> None:
 
 def serve_entry() -> None:
     sys.exit(serve_main())
+
+
+def add_labels_entry() -> None:
+    sys.exit(add_labels_main())
 
 
 if __name__ == "__main__":

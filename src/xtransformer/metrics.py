@@ -401,6 +401,51 @@ def evaluate(
     return _metrics_dict(sums, ks_list, with_psp=w is not None)
 
 
+# --------------------------------------------------------------------------- label groups
+
+# Chalkidis et al. (EMNLP 2020) on EURLEX57K: frequent labels have more than 50 training documents,
+# few-shot labels 1 to 50, zero-shot labels none
+FREQUENT_ABOVE = 50
+
+
+def label_groups(train_counts: Any, frequent_above: int = FREQUENT_ABOVE) -> dict[str, np.ndarray]:
+    """Label indices of the ``frequent``, ``few`` (1..``frequent_above`` training documents) and
+    ``zero`` (none) groups, from each label's training document count."""
+    counts = np.asarray(train_counts).ravel()
+    return {
+        "frequent": np.flatnonzero(counts > frequent_above),
+        "few": np.flatnonzero((counts >= 1) & (counts <= frequent_above)),
+        "zero": np.flatnonzero(counts == 0),
+    }
+
+
+def group_metrics(Y_true: sp.spmatrix, scores: sp.spmatrix, train_counts: Any, k: int = 5) -> dict[str, dict]:
+    """Per label group, the metrics of the ranking restricted to the group's labels over the
+    documents with a true label in the group (Chalkidis et al. 2020): ``P@1..k``, ``RP@k``
+    (hits / min(k, true labels)) and ``nDCG@k`` in percent, ``n_labels``, ``n_docs``."""
+    Y, S = _binary_labels(Y_true), _as_csr(scores, "scores")
+    if S.shape != Y.shape:
+        raise MetricsError(f"scores have shape {S.shape} but Y_true {Y.shape}")
+    out = {}
+    for name, cols in label_groups(train_counts).items():
+        Yg = Y[:, cols].tocsr()
+        docs = np.flatnonzero(np.diff(Yg.indptr))
+        out[name] = {"n_labels": len(cols), "n_docs": len(docs)}
+        if len(docs):
+            out[name] |= _group_terms(_binary_labels(Yg[docs]), S[docs][:, cols].tocsr(), k)
+    return out
+
+
+def _group_terms(Y: sp.csr_matrix, S: sp.csr_matrix, k: int) -> dict[str, float]:
+    idx, _ = topk_from_scores(S, k)
+    hits, n_true = _hits(Y, idx), np.diff(Y.indptr)
+    precision = 100 * _mean_over_docs(_per_doc_precision(hits))
+    terms = {f"P@{j}": float(precision[j - 1]) for j in range(1, k + 1)}
+    terms[f"RP@{k}"] = float(100 * np.mean(hits.sum(axis=1) / np.minimum(k, n_true)))
+    terms[f"nDCG@{k}"] = float(100 * _mean_over_docs(_per_doc_ndcg(hits, n_true))[k - 1])
+    return terms
+
+
 # --------------------------------------------------------------------------- reporting
 
 _DEFAULT_TABLE_KEYS = ("P@1", "P@3", "P@5", "R@5", "nDCG@3", "nDCG@5", "PSP@1", "PSP@3", "PSP@5")

@@ -320,3 +320,26 @@ def test_format_metrics_table():
     assert table.splitlines() == ["| P@1 | n_docs |", "|---:|---:|", "| 91.85 | 6000 |"]
     with pytest.raises(MetricsError, match="keys not in metrics"):
         format_metrics_table(m, keys=["P@5"])
+
+
+def test_group_metrics_rank_each_group_alone():
+    from xtransformer.metrics import group_metrics, label_groups
+
+    counts = np.array([100, 60, 10, 1, 0, 0])  # frequent: 0, 1; few: 2, 3; zero: 4, 5
+    assert {k: v.tolist() for k, v in label_groups(counts).items()} == {
+        "frequent": [0, 1],
+        "few": [2, 3],
+        "zero": [4, 5],
+    }
+    Y = sp.csr_matrix(np.array([[1, 0, 1, 0, 0, 1], [0, 1, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1]], dtype=np.float32))
+    S = sp.csr_matrix(np.array([[0.9, 0.8, 0.1, 0.7, 0.0, 0.2], [0.5, 0.4, 0, 0, 0, 0], [0, 0, 0.3, 0.2, 0.6, 0.1]]))
+    g = group_metrics(Y, S, counts, k=2)
+    # frequent: doc 0 ranks 0 first (hit), doc 1 ranks 0 then 1 (hit at 2)
+    assert g["frequent"]["n_docs"] == 2 and g["frequent"]["P@1"] == 50.0 and g["frequent"]["RP@2"] == 100.0
+    # few: doc 0 ranks 3 then 2 (hit at 2 of 1 true), doc 2 ranks 2 then 3 (hit at 2)
+    assert g["few"]["P@1"] == 0.0 and g["few"]["RP@2"] == 100.0
+    ndcg = 1 / np.log2(3)
+    assert abs(g["few"]["nDCG@2"] - 100 * ndcg) < 1e-6
+    # zero-shot: doc 0 has 5 (scored), doc 2 has 4 and 5, ranked 4 then 5
+    assert g["zero"]["n_docs"] == 2 and g["zero"]["RP@2"] == 100.0 and g["zero"]["n_labels"] == 2
+    assert group_metrics(Y, sp.csr_matrix(Y.shape), counts)["zero"]["RP@5"] == 0.0  # nothing scored: 0

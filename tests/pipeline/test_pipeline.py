@@ -95,6 +95,9 @@ def test_pipeline_end_to_end_and_stage_cache(tmp_path):
         assert res["P@1"] == pytest.approx(evaluate(truth, pred)["P@1"])
         assert res["P@1"] > floor  # both methods learned something on 400 documents
     assert saved["metrics"] == saved["results"]["xtransformer"]
+    groups = saved["label_groups"]["xtransformer+xrlinear"]  # Chalkidis et al.'s groups, every method
+    assert set(groups) == {"frequent", "few", "zero"} and groups["frequent"]["n_docs"] > 0
+    assert 0 <= groups["frequent"]["RP@5"] <= 100 and "nDCG@5" in groups["frequent"]
     assert saved["seed"] == 0 and saved["config"]["matcher"]["model_name_or_path"] == "tiny:bert"
     assert {"indexing", "matcher", "ranker", "xrlinear"} <= set(metrics["stages"]["ran"])
     assert (run_dir / "predictions" / "test.npz").is_file() and (run_dir / "label_vocab.txt").is_file()

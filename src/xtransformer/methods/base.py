@@ -17,6 +17,7 @@ folder's ``predict_settings.json``, overridable per call; the components are not
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.data.inputs import LabeledData
+from xtransformer.methods.zeroshot import ZERO_SHOT_DIR, ZeroShot
 from xtransformer.model.folder import (
     LABELS,
     PREDICT_SETTINGS,
@@ -39,6 +41,8 @@ from xtransformer.model.folder import (
 )
 from xtransformer.settings import Settings
 from xtransformer.utils.io import atomic_dir, save_json
+
+log = logging.getLogger(__name__)
 
 INDEX = "models.json"  # in a run's model/ folder: the methods it holds and the main one
 
@@ -84,6 +88,7 @@ class XMCModel:
         self.folder: Path | None = None
         self.manifest: dict[str, Any] = {}
         self.report: dict[str, Any] = {}  # what fit did: stage keys, index facts, levels, timings
+        self.zero_shot: Any = None  # a ZeroShot (methods/zeroshot.py): labels without documents scored from text
 
     # ------------------------------------------------------------------ training
     @classmethod
@@ -163,6 +168,85 @@ class XMCModel:
     ) -> XMCModel:
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ growing
+    def add_labels(
+        self,
+        inputs: Any,
+        labels: Any = None,
+        *,
+        label_ids: Sequence[str] | None = None,
+        label_names: Sequence[str] | None = None,
+        new_labels: Sequence[str] | None = None,
+    ) -> XMCModel:
+        """A new model: this one with the labels the documents carry that it lacks (or exactly
+        ``new_labels``) placed at their nearest leaves and trained on the documents the model
+        routes there (``methods/adding.py``). This model, its folder and every old label's scores
+        stay as they are; ``save`` the new one to a new folder. ``inputs`` / ``labels`` /
+        ``label_ids`` / ``label_names``: as :meth:`fit` takes them (names name the new labels)."""
+        import dataclasses
+        import time
+
+        from xtransformer.methods.adding import plan_additions
+
+        data = LabeledData.build(inputs, labels, label_ids, label_names)
+        plan = plan_additions(self.label_ids, self.label_names, data, new_labels)
+        start = time.perf_counter()
+        log.info("adding %d labels to a %s model from %d documents", len(plan.new_ids), self.method, len(data))
+        model = self._add_labels(plan)
+        if self.zero_shot is not None:  # old indices stand; the label space grew
+            model.zero_shot = dataclasses.replace(self.zero_shot, n_labels=model.n_labels)
+        history = [*self.train_settings.get("added_labels", []), plan.record()]
+        model.train_settings = {**self.train_settings, "added_labels": history}
+        model.report = {"added_labels": plan.summary() | model.report | {"seconds": time.perf_counter() - start}}
+        return model
+
+    def grown_records(self, plan: Any) -> ModelRecords:
+        """This model's records over the grown label space of ``plan`` (an ``Additions``)."""
+        d = plan.data
+        return ModelRecords(
+            d.label_ids, d.label_names, dict(self.predict_settings), dict(self.train_settings), self.method
+        )
+
+    def _add_labels(self, plan: Any) -> XMCModel:
+        """The grown model (``plan``: the ``Additions``); its ``report``: what placing and training did."""
+        raise ModelError(f"a {self.method} model cannot add labels")
+
+    # ------------------------------------------------------------------ zero-shot labels
+    def fit_zero_shot(self, inputs: Any, labels: Any = None, sample: int = 2000, seed: int = 0) -> XMCModel:
+        """Score the labels no document of ``inputs`` / ``labels`` (the training documents, in this
+        model's label space) carries from their names (``methods/zeroshot.py``), calibrated on a
+        seeded ``sample`` of those documents; prediction setting ``zero_shot_labels`` (false by
+        default) turns it on. Returns this model, changed: ``save`` it to keep the part."""
+        from xtransformer.methods.zeroshot import fit_zero_shot
+
+        data = LabeledData.build(inputs, labels, self.label_ids, self.label_names)
+        zero = np.flatnonzero(np.diff(sp.csc_matrix(data.Y).indptr) == 0)
+        if not len(zero):
+            raise ModelError("every label has training documents: there is no zero-shot label to score")
+        self.predict_settings.setdefault("zero_shot_labels", False)
+        rows = np.sort(np.random.default_rng(seed).permutation(len(data))[:sample])
+        pred, D = self._calibration_pass(data, rows)
+        self.zero_shot = fit_zero_shot(D, self._label_rows(self.label_names), data.Y[rows], pred, zero)
+        self.folder = None  # no longer what its folder holds
+        return self
+
+    def _calibration_pass(self, data: LabeledData, rows: np.ndarray) -> tuple[sp.csr_matrix, Any]:
+        """The model's scores of ``data``'s documents ``rows`` and the rows it read them into."""
+        settings = self.settings({"zero_shot_labels": False})
+        if data.texts is None:
+            X = data.features[rows]
+            return self._predict_features(X, settings), self._feature_rows(X)
+        report: dict[str, Any] = {}
+        pred = self._predict_texts([data.texts[i] for i in rows], settings, report)
+        return pred, report["zero_shot_rows"]
+
+    def _label_rows(self, names: list[str]) -> Any:
+        """The label texts in the space of the documents' rows (unit rows)."""
+        raise ModelError(f"a {self.method} model cannot score labels from their text")
+
+    def _feature_rows(self, X: sp.spmatrix) -> Any:
+        raise ModelError(f"a {self.method} model needs texts; use predict(texts)")
+
     # ------------------------------------------------------------------ prediction
     @property
     def n_labels(self) -> int:
@@ -193,7 +277,11 @@ class XMCModel:
         for a model trained on given features, from those raw feature rows."""
         if self.needs_text:
             raise ModelError(f"a {self.method} model needs texts (its encoder reads them); use predict(texts)")
-        return self._predict_features(X, self.settings(overrides))
+        settings = self.settings(overrides)
+        pred = self._predict_features(X, settings)
+        if self.zero_shot is not None and settings.get("zero_shot_labels"):
+            pred = self.zero_shot.merge(pred, self._feature_rows(X), int(settings["topk"]))
+        return pred
 
     def predict(self, texts: Sequence[str], k: int = 5, **overrides: Any) -> list[dict[str, Any]]:
         """For each text, its ``k`` best labels: ``{"labels": ids, "names": names, "scores": floats}``."""
@@ -254,7 +342,11 @@ class XMCModel:
         if not keep.any():
             return sp.csr_matrix((len(texts), self.n_labels), dtype=np.float32)
         some = texts if keep.all() else [t for t, k in zip(texts, keep) if k]
+        zero_shot = self.zero_shot if settings.get("zero_shot_labels") else None
+        report = report if report is not None or zero_shot is None else {}
         pred = self._predict_texts(some, settings, report)
+        if zero_shot is not None:  # the rows the method read the texts into: TF-IDF or embeddings
+            pred = zero_shot.merge(pred, report["zero_shot_rows"], int(settings["topk"]))
         return pred if keep.all() else empty_rows_csr(pred, keep)
 
     def _predict_texts(
@@ -277,6 +369,9 @@ class XMCModel:
         folder = Path(folder)
         with atomic_dir(folder) as tmp:
             components = self._save_components(tmp, folder)
+            if self.zero_shot is not None:
+                self.zero_shot.save(tmp / ZERO_SHOT_DIR)
+                components["zero_shot"] = ZERO_SHOT_DIR
             save_json(scrub(self.train_settings), tmp / TRAIN_SETTINGS)
             save_json(self.predict_settings, tmp / PREDICT_SETTINGS)
             save_json({"ids": self.label_ids, "names": self.label_names}, tmp / LABELS)
@@ -309,6 +404,8 @@ class XMCModel:
             manifest["method"],
         )
         model = target._load(folder, manifest["components"], records, verify)
+        if "zero_shot" in manifest["components"]:
+            model.zero_shot = ZeroShot.load(folder / manifest["components"]["zero_shot"])
         model.folder, model.manifest = folder, manifest
         return model
 

@@ -26,6 +26,7 @@ from xtransformer.matcher.inference import EncodeOptions, LoadedMatcher
 from xtransformer.matcher.train import inference_precision, tiny_corpus
 from xtransformer.methods.base import ModelRecords, XMCModel
 from xtransformer.utils.io import load_csr, load_json, save_csr, save_json, save_npy, settings_key
+from xtransformer.utils.rows import unit_rows
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,10 @@ class NeuralModel(XMCModel):
         folder = ctx.cache.run(stage, key, build, settings=self.predict_settings)
         self.report.setdefault("encode", load_json(folder / "facts.json"))
         return np.load(folder / "embeddings.npy"), load_csr(folder / "topb.npz")
+
+    def _label_rows(self, names: list[str]) -> np.ndarray:
+        """The fine-tuned encoder's unit embeddings of the label texts (name and alternative names)."""
+        return unit_rows(self.embed(names, self.predict_settings)[0].astype(np.float32))
 
     # ------------------------------------------------------------------ folders
     def _save_neural(self, tmp: Path) -> dict[str, Any]:

@@ -58,6 +58,9 @@ def log_final(loggers: list[Any], metrics: dict[str, Any], out_dir: Path) -> Non
             flat.update({f"final/{method}/{k}": float(v) for k, v in res.items() if isinstance(v, (int, float))})
         elif isinstance(res, (int, float)):
             flat[f"final/{method}"] = float(res)
+    for method, groups in metrics.get("label_groups", {}).items():  # frequent / few / zero-shot labels
+        for group, res in groups.items():
+            flat.update({f"final/{method}/{group}/{k}": float(v) for k, v in res.items()})
     flat.update({f"time/{k}": float(v) for k, v in metrics["timings_s"].items()})
     flat["peak_rss_gib"] = float(metrics["peak_rss_gib"])
     plots = sorted((out_dir / "plots").glob("*.png")) if (out_dir / "plots").is_dir() else []

@@ -25,7 +25,7 @@ from xtransformer.data.inputs import LabeledData
 from xtransformer.methods import method_class
 from xtransformer.methods.base import INDEX, XMCModel
 from xtransformer.methods.combination import Combination
-from xtransformer.metrics import evaluate, format_metrics_table, propensity
+from xtransformer.metrics import evaluate, format_metrics_table, group_metrics, propensity
 from xtransformer.pipeline.loggers import build_loggers, log_final
 from xtransformer.pipeline.settings import RunSettings, run_settings
 from xtransformer.utils.io import save_csr, save_json
@@ -99,6 +99,10 @@ def _run(cfg: DictConfig, s: RunSettings, ctx: TrainContext) -> dict[str, Any]:
     save_json({"main": s.method, "methods": list(predictions)}, out_dir / "model" / INDEX)
     clock.lap("combine_and_save")
     metrics = run_metrics(cfg, s, ds, results, reports, clock, ctx, unseen)
+    metrics["label_groups"] = {
+        name: group_metrics(evalset.Y, p, train.Y.getnnz(axis=0)) for name, p in predictions.items()
+    }
+    log.info("%s by label group: %s", s.method, group_line(metrics["label_groups"][s.method]))
     write_run_outputs(out_dir, ds, predictions, s.method, ds.eval_split, metrics)
     for name, res in results.items():
         if isinstance(res, dict) and "P@1" in res:
@@ -169,6 +173,15 @@ def run_metrics(
         "unseen_eval_labels": unseen,  # eval labels no training document has: they cap P@k and R@k
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
+
+
+def group_line(groups: dict[str, dict]) -> str:
+    """``frequent (n labels): RP@5 .. nDCG@5 .. | few ... | zero ...`` (the groups with documents)."""
+    return " | ".join(
+        f"{name} ({g['n_labels']} labels, {g['n_docs']} docs): RP@5 {g['RP@5']:.2f} nDCG@5 {g['nDCG@5']:.2f}"
+        for name, g in groups.items()
+        if g["n_docs"]
+    )
 
 
 def write_run_outputs(

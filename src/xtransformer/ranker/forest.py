@@ -91,6 +91,15 @@ class LinearForest:
         ]
         return ensemble_predictions(preds, "average", topk)
 
+    def add_labels(
+        self, X: sp.spmatrix | np.ndarray, Y: sp.spmatrix, X_index: sp.spmatrix | np.ndarray | None = None
+    ) -> tuple[LinearForest, dict]:
+        """Every tree with the new labels placed in its own leaves (``HierarchicalLinear.add_labels``)."""
+        grown = [t.add_labels(X, Y, X_index) for t in self.trees]
+        report = dict(grown[0][1])
+        report["trees"] = [r["placement"] for _, r in grown]
+        return LinearForest([t for t, _ in grown]), report
+
     def save(self, path: str | Path) -> None:
         with atomic_dir(path) as tmp:
             for i, t in enumerate(self.trees):

@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from xtransformer.ranker.config import HierarchicalLinearConfig
 from xtransformer.ranker.copies import COPIES_DIR, LabelCopies
 from xtransformer.ranker.errors import RankerError
+from xtransformer.ranker.extend import extend_level
 from xtransformer.ranker.features import as_features
 from xtransformer.ranker.fit import LevelSpec, solver_params, train_levels
 from xtransformer.ranker.level import LinearLevel, load_level, save_level
@@ -164,6 +165,24 @@ class HierarchicalLinear:
         for level in levels:
             beam = level.score(X, beam, post, beam_size or self.config.beam_size, self.config.n_threads)
         return beam
+
+    # ------------------------------------------------------------------ growing
+    def add_labels(
+        self, X: sp.spmatrix | np.ndarray, Y: sp.spmatrix, X_index: sp.spmatrix | np.ndarray | None = None
+    ) -> tuple[HierarchicalLinear, dict]:
+        """This model with the labels of ``Y``'s columns after its own (``Y``: ``N x L_all``, its
+        labels first) placed at their nearest leaves (``X_index``: the documents in the tree's
+        representation, default ``X``) and trained on ``X`` with this model's negatives; the upper
+        levels and every old label's weights are shared, unchanged. Returns it and a report."""
+        from xtransformer.indexing.placement import place_labels  # here: indexing imports the ranker
+
+        X = as_features(X)
+        routes = self.predict_clusters(X)
+        n_leaves = self.copies.max_per_label if self.copies is not None else 1
+        placed = place_labels(sp.csr_matrix(Y), X if X_index is None else X_index, self.chain[-1], n_leaves, routes)
+        ext = extend_level(self.levels[-1], self.copies, self.config, X, sp.csr_matrix(Y), placed.leaves, routes)
+        model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies)
+        return model, {"placement": placed.summary(), "leaves": placed.leaves, "training": ext.info}
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from xtransformer.ranker.config import RankerConfig
 from xtransformer.ranker.copies import COPIES_DIR, LabelCopies
 from xtransformer.ranker.errors import RankerError
+from xtransformer.ranker.extend import extend_level
 from xtransformer.ranker.features import as_features
 from xtransformer.ranker.fit import LevelSpec, solver_params, train_level
 from xtransformer.ranker.level import LinearLevel, load_level, save_level
@@ -102,6 +103,17 @@ class LinearRanker:
             return self.level.score(X, parents, post, k, self.config.n_threads).to_csr(self.n_labels)
         out = self.level.score(X, parents, post, self.copies.search_width(k), self.config.n_threads)
         return self.copies.merge_topk(out, k).to_csr(self.n_labels)
+
+    def add_labels(
+        self, X: sp.spmatrix | np.ndarray, Y: sp.spmatrix, leaves: sp.spmatrix, routes: sp.spmatrix | None
+    ) -> tuple[LinearRanker, dict]:
+        """These rankers with the labels of ``Y``'s columns after their own (``Y``: ``N x L_all``)
+        in clusters ``leaves`` (``n_new x K``), trained on ``X`` with this ranker's negatives
+        (``routes``: the matcher's top-b clusters of each document); old weights unchanged."""
+        ext = extend_level(
+            self.level, self.copies, self.config, as_features(X), sp.csr_matrix(Y), sp.csr_matrix(leaves), routes
+        )
+        return LinearRanker(ext.level, self.config, self.train_stats, ext.copies), {"training": ext.info}
 
     def save(self, path: str | Path) -> None:
         with atomic_dir(path) as tmp:

@@ -109,17 +109,39 @@ class Combination(XMCModel):
         self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None
     ) -> sp.csr_matrix:
         return self.combine(
-            [m.predict_csr(texts, topk=self._member_topk(m, settings)) for m in self.members], **settings
+            [m.predict_csr(texts, **self._member_settings(m, settings)) for m in self.members], **settings
         )
 
     def _predict_features(self, X: sp.spmatrix, settings: dict[str, Any]) -> sp.csr_matrix:
         return self.combine(
-            [m.predict_features_csr(X, topk=self._member_topk(m, settings)) for m in self.members], **settings
+            [m.predict_features_csr(X, **self._member_settings(m, settings)) for m in self.members], **settings
         )
 
     @staticmethod
-    def _member_topk(member: XMCModel, settings: Mapping[str, Any]) -> int:
-        return max(int(settings["topk"]), int(member.predict_settings["topk"]))
+    def _member_settings(member: XMCModel, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """What a member's call gets: a top-k as wide as either's, and the zero-shot switch if it has one."""
+        out = {"topk": max(int(settings["topk"]), int(member.predict_settings["topk"]))}
+        if "zero_shot_labels" in member.predict_settings:
+            out["zero_shot_labels"] = bool(settings.get("zero_shot_labels"))
+        return out
+
+    def fit_zero_shot(self, inputs: Any, labels: Any = None, sample: int = 2000, seed: int = 0) -> Combination:
+        """Every member scores the labels without documents from their text; combined as before."""
+        for member in self.members:
+            member.fit_zero_shot(inputs, labels, sample, seed)
+        self.predict_settings.setdefault("zero_shot_labels", False)
+        self.folder = None
+        return self
+
+    # ------------------------------------------------------------------ growing
+    def _add_labels(self, plan: Any) -> Combination:
+        """Every member grown by the same labels, combined as before."""
+        members = [m.add_labels(plan.data, new_labels=plan.new_ids) for m in self.members]
+        p = self.predict_settings
+        out = Combination(members, p["method"], p.get("weights"), p["topk"], name=self.method)
+        out.train_settings, out.predict_settings = dict(self.train_settings), dict(p)
+        out.report = {m.method: m.report["added_labels"] for m in members}
+        return out
 
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
@@ -137,4 +159,6 @@ class Combination(XMCModel):
         p = records.predict
         out = cls(members, p["method"], p.get("weights"), p["topk"], name=records.method)
         out.train_settings = records.train
+        if "zero_shot_labels" in p:
+            out.predict_settings["zero_shot_labels"] = p["zero_shot_labels"]
         return out

@@ -76,10 +76,33 @@ class XRLinear(XMCModel):
     def _predict_texts(
         self, texts: list[str], settings: dict[str, Any], report: dict[str, Any] | None
     ) -> sp.csr_matrix:
-        return with_settings(self.model, settings).predict(self.tfidf.from_texts(texts))
+        X = self.tfidf.from_texts(texts)
+        if report is not None:
+            report["zero_shot_rows"] = X
+        return with_settings(self.model, settings).predict(X)
 
     def _predict_features(self, X: sp.spmatrix, settings: dict[str, Any]) -> sp.csr_matrix:
         return with_settings(self.model, settings).predict(self.tfidf.from_features(X))
+
+    def _feature_rows(self, X: sp.spmatrix) -> sp.csr_matrix:
+        return self.tfidf.from_features(X)
+
+    def _label_rows(self, names: list[str]) -> sp.csr_matrix:
+        """TF-IDF of the label texts (name and alternative names), as a document's."""
+        return self.tfidf.from_texts(names)
+
+    # ------------------------------------------------------------------ growing
+    def _add_labels(self, plan: Any) -> XRLinear:
+        """New labels at the leaves nearest their PIFA-TF-IDF rows (the representation it indexed with)."""
+        from xtransformer.methods.adding import grown_report
+
+        d = plan.data
+        X = self.tfidf.from_texts(d.texts) if d.texts is not None else self.tfidf.from_features(d.features)
+        model, report = self.model.add_labels(X, d.Y)
+        model.config = self.model.config
+        out = XRLinear(self.grown_records(plan), self.tfidf, model)
+        out.report = grown_report(report, plan.new_ids)
+        return out
 
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:

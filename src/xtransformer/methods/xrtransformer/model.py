@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.data.inputs import LabeledData
@@ -34,6 +35,7 @@ from xtransformer.methods.xrtransformer.features import combine_with_head, final
 from xtransformer.methods.xrtransformer.levels import EMBED_STAGE, LEVEL_STAGE, n_matched
 from xtransformer.ranker import HierarchicalLinear, LinearForest, load_tree_model
 from xtransformer.utils.io import save_json, settings_key
+from xtransformer.utils.rows import unit_rows
 
 
 class XRTransformer(NeuralModel):
@@ -135,16 +137,41 @@ class XRTransformer(NeuralModel):
     ) -> sp.csr_matrix:
         X = self.tfidf.from_texts(texts)
         emb, head = self.embed(texts, settings)
+        if report is not None:
+            report["zero_shot_rows"] = unit_rows(emb.astype(np.float32))
         model = with_settings(self.final, settings)
         scores = model.predict(final_features(self.features["kind"], X, emb, self.features["neural_weight"]))
         if not settings.get("combine_head"):
             return scores
+        head = added_columns(head, self.n_labels, self.train_settings)
         try:
             return combine_with_head(
                 scores, head, model.config.post_processor, settings["combine_head"], model.config.topk
             )
         except ValueError as err:
             raise XRTransformerConfigError(f"xrtransformer.{err}") from None
+
+    # ------------------------------------------------------------------ growing
+    def _add_labels(self, plan: Any) -> XRTransformer:
+        """New labels at the final tree's leaves nearest their PIFA rows over TF-IDF ⊕ the fine-tuned
+        embeddings (what ``final.tree: recluster`` indexed), and in the fine-tuning tree likewise."""
+        from xtransformer.indexing.placement import grow_chain, leaves_per_label, place_labels
+        from xtransformer.methods.adding import grown_report
+
+        texts = plan.data.require_texts("adding labels to an xrtransformer model")
+        emb, _ = self.embed(texts, self.predict_settings, progress=True)
+        X = self.tfidf.from_texts(texts)
+        feats = final_features(self.features["kind"], X, emb, self.features["neural_weight"])
+        final, report = self.final.add_labels(feats, plan.data.Y)
+        final.config = self.final.config
+        chain = self.chain
+        if chain is not None:
+            placed = place_labels(plan.data.Y, feats, chain.leaf_assignment, leaves_per_label(chain.leaf_assignment))
+            chain = grow_chain(chain, placed.leaves)
+        out = XRTransformer(self.grown_records(plan), self.tfidf, self.matcher, self.features, final, chain)
+        out.device = self.device
+        out.report = grown_report(report, plan.new_ids)
+        return out
 
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
@@ -160,6 +187,14 @@ class XRTransformer(NeuralModel):
         tfidf, matcher = cls._load_neural(folder)
         chain = ClusterChain.load(folder / components["label_tree"]) if "label_tree" in components else None
         return cls(records, tfidf, matcher, components["features"], load_tree_model(folder / RANKER_DIR), chain)
+
+
+def added_columns(head: sp.csr_matrix, n_labels: int, train: dict[str, Any]) -> sp.csr_matrix:
+    """The label-level head's scores widened to the labels added since training (they score 0 there)."""
+    added = sum(len(a["ids"]) for a in train.get("added_labels", []))
+    if not added or head.shape[1] != n_labels - added:
+        return head
+    return sp.csr_matrix((head.data, head.indices, head.indptr), shape=(head.shape[0], n_labels))
 
 
 def final_stage(

@@ -28,6 +28,7 @@ from xtransformer.methods.xtransformer.config import XTransformerSettings
 from xtransformer.ranker import LinearRanker, RankerConfig, concat_features, train_ranker
 from xtransformer.ranker.negatives import binarize
 from xtransformer.utils.io import settings_key
+from xtransformer.utils.rows import unit_rows
 
 
 class XTransformer(NeuralModel):
@@ -114,7 +115,7 @@ class XTransformer(NeuralModel):
         X = self.tfidf.from_texts(texts)
         emb, topb = self.embed(texts, settings)
         if report is not None:
-            report["topb"] = topb
+            report["topb"], report["zero_shot_rows"] = topb, unit_rows(emb.astype(np.float32))
         feats = (
             X if self.features["kind"] == "tfidf" else concat_features(X, emb, weight=self.features["neural_weight"])
         )
@@ -128,6 +129,31 @@ class XTransformer(NeuralModel):
         b = int(np.diff(topb.indptr).max(initial=0))
         recall = topb_recall(topb, binarize(Y @ self.chain.leaf_assignment))
         return {"matcher_cluster_recall": {f"cluster_recall@{b}": round(100 * recall, 3)}}
+
+    # ------------------------------------------------------------------ growing
+    def _add_labels(self, plan: Any) -> XTransformer:
+        """New labels at the leaves nearest them in the tree's representation (PIFA-TF-IDF, else PIFA
+        over the ranker's features), ranked over the matcher's top-b clusters as trained."""
+        from xtransformer.indexing.placement import grow_chain, leaves_per_label, place_labels
+        from xtransformer.methods.adding import grown_report
+
+        texts = plan.data.require_texts("adding labels to an xtransformer model")
+        X = self.tfidf.from_texts(texts)
+        emb, topb = self.embed(texts, self.predict_settings, progress=True)
+        feats = (
+            X if self.features["kind"] == "tfidf" else concat_features(X, emb, weight=self.features["neural_weight"])
+        )
+        index_name = self.train_settings.get("indexing", {}).get("name", "pifa_tfidf")
+        C = self.chain.leaf_assignment
+        placed = place_labels(plan.data.Y, X if index_name == "pifa_tfidf" else feats, C, leaves_per_label(C), topb)
+        ranker, report = self.ranker.add_labels(feats, plan.data.Y, placed.leaves, topb)
+        ranker.config = self.ranker.config
+        out = XTransformer(
+            self.grown_records(plan), self.tfidf, self.matcher, self.features, grow_chain(self.chain, placed.leaves)
+        )
+        out.ranker, out.device = ranker, self.device
+        out.report = grown_report(report | {"placement": placed.summary(), "leaves": placed.leaves}, plan.new_ids)
+        return out
 
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:

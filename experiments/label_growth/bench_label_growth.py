@@ -1,0 +1,224 @@
+"""Adding labels to a trained XR-Linear instead of retraining it, on EURLEX57K.
+
+    python experiments/label_growth/bench_label_growth.py [--drop 0.1] [--min-docs 5] [--seed 0]
+
+A seeded draw of ``--drop`` of the labels with at least ``--min-docs`` training documents is
+held back: XR-Linear (the settings of ``--experiment``, default ``eurlex57k_xr_ensemble``'s
+XR-Linear) is trained on all labels (``full``) and without the drawn ones (``reduced``); the
+reduced model then gets them back with ``add_labels``, once from all training documents
+(``grown``: the other labels' documents are the new labels' negatives, as in training) and once
+from only the documents that carry a drawn label (``grown-own-docs``). Every model scores the
+dev split. The check of the old labels: for dev documents that carry no drawn label, every
+(document, old label) score both the reduced and a grown model return is compared bit for bit,
+and the share of documents whose top-5 old labels are unchanged is counted (a new label that
+enters a document's top 5 pushes an old one out). Prints the table and writes
+``<results>/label-growth-<tag>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
+from common import METRICS, RESULTS, compose_settings, public_args, rounded, save_table
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--experiment", default="eurlex57k_xr_ensemble")
+    ap.add_argument("--run", type=Path, default=None, help="an XR-Transformer run: grow its final model instead")
+    ap.add_argument(
+        "--embeddings",
+        type=Path,
+        default=None,
+        help="with --run: a folder with the run's own embeddings of its documents, train.npy and dev.npy "
+        "(its stage cache's), instead of encoding them again",
+    )
+    ap.add_argument("--drop", type=float, default=0.1, help="share of the eligible labels held back")
+    ap.add_argument("--min-docs", type=int, default=5, help="training documents a label needs to be drawn")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--tag", default="eurlex57k")
+    args = ap.parse_args(argv)
+    setup = final_model_setup(args.run, args.embeddings) if args.run else xrlinear_setup(args.experiment)
+    train_Y, ids, names = setup["train_Y"], setup["ids"], setup["names"]
+    dropped = draw(train_Y, args.drop, args.min_docs, args.seed)
+    keep = np.setdiff1d(np.arange(len(ids)), dropped)
+    print(f"{len(dropped)} of {len(ids)} labels held back (seed {args.seed})", flush=True)
+    fit, X_train = setup["fit"], setup["X_train"]
+    reduced, t_reduced = timed(lambda: fit(train_Y[:, keep], [ids[j] for j in keep], [names[j] for j in keep]))
+    full, t_full = setup["full"](reduced)
+    grown, t_grown = timed(lambda: reduced.add_labels(X_train, train_Y, label_ids=ids, label_names=names))
+    carriers = np.flatnonzero(np.diff(sp.csr_matrix(train_Y[:, dropped]).indptr) > 0)
+    own, t_own = timed(
+        lambda: reduced.add_labels(X_train[carriers], train_Y[carriers], label_ids=ids, label_names=names)
+    )
+    dev = setup["dev"]
+    models = {"full": (full, t_full), "reduced": (reduced, t_reduced), "grown": (grown, t_grown)}
+    models["grown-own-docs"] = (own, t_own)
+    rows = [row(name, m, dev, ids, t) for name, (m, t) in models.items()]
+    plain = np.flatnonzero(np.diff(sp.csr_matrix(dev["Y"][:, dropped]).indptr) == 0)
+    checks = {name: old_labels_check(reduced, models[name][0], dev["X"], plain) for name in ("grown", "grown-own-docs")}
+    record = {
+        "args": public_args(args),
+        "rows_prepared_s": setup["rows_s"],
+        "n_dropped": len(dropped),
+        "rows": rows,
+        "old_labels": checks,
+        "add_reports": {"grown": grown.report["added_labels"], "grown-own-docs": own.report["added_labels"]},
+        "dropped": [ids[j] for j in dropped],
+    }
+    save_table(args.results, f"label-growth-{args.tag}", record, table(record))
+
+
+def xrlinear_setup(experiment: str) -> dict:
+    """XR-Linear with ``experiment``'s settings on the TF-IDF rows of its data (the vectoriser one
+    fit on the training texts gives; every model here shares it, as each fit would give it)."""
+    from xtransformer import XRLinear, load_dataset
+
+    settings = compose_settings([], experiment)
+    s = settings.methods["xrlinear"]
+    ds = load_dataset(settings.data)
+    train, dev = ds.splits["train"], ds.splits[ds.eval_split]
+    ids, names = list(ds.vocab.ids), list(ds.label_text)
+    t0 = time.perf_counter()
+    full = XRLinear.fit(train.texts, train.Y, s, label_ids=ids, label_names=names)
+    t_full = time.perf_counter() - t0
+    X_train, t_rows = timed(lambda: full.tfidf.from_texts(train.texts))
+
+    def fit(Y, label_ids, label_names):
+        return XRLinear.fit(train.texts, Y, s, label_ids=label_ids, label_names=label_names)
+
+    return {
+        "train_Y": train.Y, "ids": ids, "names": names, "fit": fit, "X_train": X_train, "rows_s": round(t_rows, 1),
+        "full": lambda reduced: (full, t_full), "dev": {"X": full.tfidf.from_texts(dev.texts), "Y": dev.Y},
+    }  # fmt: skip
+
+
+def final_model_setup(run_dir: Path, kept: Path | None = None) -> dict:
+    """A finished XR-Transformer run's final model on its rows (TF-IDF ⊕ the fine-tuned encoder's
+    embeddings of the training documents): the full model is the run's own (its training time the
+    run's), the reduced one retrains only the final model, on the same encoder."""
+    import dataclasses
+
+    from common import final_model_settings, final_rows, fit_rows
+
+    from xtransformer import XMCModel, XRLinear, load_dataset
+    from xtransformer.methods.base import ModelRecords
+    from xtransformer.methods.xrlinear.model import ranker_predict_settings
+    from xtransformer.methods.xrtransformer import FinalModelConfig
+    from xtransformer.utils.io import load_json
+
+    xrt = XMCModel.load(run_dir, "xrtransformer")
+    ds = load_dataset(xrt.train_settings["dataset"])
+    train, dev = ds.splits["train"], ds.splits[ds.eval_split]
+    ids, names = list(ds.vocab.ids), list(ds.label_text)
+    t0 = time.perf_counter()
+    X_train = final_rows(xrt, xrt.tfidf.from_texts(train.texts), split_embeddings(xrt, train.texts, kept, "train"))
+    t_rows = time.perf_counter() - t0
+    X_dev = final_rows(xrt, xrt.tfidf.from_texts(dev.texts), split_embeddings(xrt, dev.texts, kept, ds.eval_split))
+    # the final model's settings as the run trained it (its folder's record), its linear model's as saved
+    final = FinalModelConfig.from_mapping(xrt.train_settings["xrtransformer"]["final"])
+    config = final_model_settings(dataclasses.replace(final, model=xrt.final.config))
+    train_s = float(load_json(run_dir / "metrics.json")["timings_s"]["xrtransformer_train"])
+
+    def fit(Y, label_ids, label_names):
+        return fit_rows(X_train, Y, label_ids, config)
+
+    def full(reduced):  # the run's final model, read through the reduced model's feature-row vectoriser
+        records = ModelRecords(ids, names, ranker_predict_settings(xrt.final.config))
+        return XRLinear(records, reduced.tfidf, xrt.final), train_s
+
+    return {
+        "train_Y": train.Y, "ids": ids, "names": names, "fit": fit, "X_train": X_train, "rows_s": round(t_rows, 1),
+        "full": full, "dev": {"X": X_dev, "Y": dev.Y},
+    }  # fmt: skip
+
+
+def split_embeddings(model, texts: list[str], kept: Path | None, split: str) -> np.ndarray:
+    """The model's embeddings of a split's texts: ``kept/<split>.npy`` when given, else encoded (and kept)."""
+    from common import embeddings
+
+    if kept is None:
+        return embeddings(model, texts)
+    emb = np.load(kept / f"{split}.npy")
+    if emb.shape[0] != len(texts):
+        raise SystemExit(f"error: --embeddings {kept}/{split}.npy: {emb.shape[0]} rows, not {len(texts)}")
+    return emb
+
+
+def draw(Y: sp.csr_matrix, share: float, min_docs: int, seed: int) -> np.ndarray:
+    """A seeded ``share`` of the labels with at least ``min_docs`` training documents (sorted)."""
+    counts = np.diff(sp.csc_matrix(Y).indptr)
+    eligible = np.flatnonzero(counts >= min_docs)
+    n = int(round(share * len(eligible)))
+    return np.sort(np.random.default_rng(seed).choice(eligible, size=n, replace=False))
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def row(name: str, model, dev, ids: list[str], seconds: float) -> dict:
+    """Dev metrics in the full label space (a held-back label the model lacks counts as a miss)."""
+    from xtransformer.metrics import evaluate
+
+    metrics = evaluate(dev["Y"], in_space(model.predict_features_csr(dev["X"]), model.label_ids, ids))
+    print(f"{name}: {rounded(metrics)} in {seconds:.1f} s", flush=True)
+    return {"name": name, "seconds": round(seconds, 2), "n_labels": model.n_labels} | rounded(metrics)
+
+
+def in_space(pred: sp.csr_matrix, model_ids: list[str], ids: list[str]) -> sp.csr_matrix:
+    """``pred``'s columns moved to their place in ``ids``."""
+    where = {label: j for j, label in enumerate(ids)}
+    cols = np.array([where[label] for label in model_ids], dtype=np.int64)
+    return sp.csr_matrix((pred.data, cols[pred.indices], pred.indptr), shape=(pred.shape[0], len(ids)))
+
+
+def old_labels_check(reduced, grown, X: sp.csr_matrix, docs: np.ndarray) -> dict:
+    """On ``docs``: are the old labels' scores bit-identical wherever both models return them, and
+    how many documents keep their top 5 (a new label in a document's top 5 pushes an old one out)."""
+    a, g = reduced.predict_features_csr(X[docs]).tocoo(), grown.predict_features_csr(X[docs]).tocsr()
+    b = np.asarray(g[:, : reduced.n_labels][a.row, a.col]).ravel()
+    shared = b != 0
+    top_a, top_g = reduced.top_labels(a.tocsr(), 5), grown.top_labels(g, 5)
+    unchanged = sum(x["labels"] == y["labels"] for x, y in zip(top_a, top_g))
+    first = sum(x["labels"][:1] == y["labels"][:1] for x, y in zip(top_a, top_g))
+    return {
+        "top1_unchanged_docs": int(first),
+        "docs": len(docs),
+        "shared_scores": int(shared.sum()),
+        "shared_scores_identical": bool(np.array_equal(a.data[shared], b[shared])),
+        "top5_unchanged_docs": int(unchanged),
+    }
+
+
+def table(record: dict) -> str:
+    lines = ["| model | labels | P@1 | P@3 | P@5 | nDCG@5 | training / adding s |", "|---|---|---|---|---|---|---|"]
+    for r in record["rows"]:
+        lines.append(
+            f"| {r['name']} | {r['n_labels']} | "
+            + " | ".join(f"{r[k]:.2f}" for k in METRICS)
+            + f" | {r['seconds']:.1f} |"
+        )
+    for name, c in record["old_labels"].items():
+        lines.append(
+            f"\n{name}: {c['docs']} dev documents without a held-back label; {c['shared_scores']} "
+            f"(document, old label) scores returned by both, identical: {c['shared_scores_identical']}; "
+            f"top-5 unchanged: "
+            f"{c['top5_unchanged_docs']} ({100 * c['top5_unchanged_docs'] / max(c['docs'], 1):.2f}%), top 1 unchanged: "
+            f"{c['top1_unchanged_docs']} ({100 * c['top1_unchanged_docs'] / max(c['docs'], 1):.2f}%)"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

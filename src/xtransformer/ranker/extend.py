@@ -1,0 +1,104 @@
+"""Labels added to a trained level: new weight columns and leaf rows, the old ones untouched.
+
+A new label sits in leaf cluster(s) ``leaves`` (one row of ``n_new x K``) and trains one
+weight vector per cluster, exactly as training trains a label: on the rows its cluster's mask
+selects (``tfn``: the documents with a positive label in the cluster; ``man``: those the model
+routes there; ``tfn+man``: both), positives where it is carried. The old columns of ``W`` and
+rows of ``C`` are copied, never retrained, so every old label scores bit for bit as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from xtransformer.ranker.config import RankerConfig
+from xtransformer.ranker.copies import LabelCopies
+from xtransformer.ranker.errors import RankerError
+from xtransformer.ranker.fit import LevelSpec, solver_params, train_level
+from xtransformer.ranker.level import LinearLevel
+from xtransformer.ranker.negatives import binarize, negative_mask
+
+
+@dataclass
+class Extended:
+    """A level with labels appended, its copies (None: a partition) and what training them did."""
+
+    level: LinearLevel
+    copies: LabelCopies | None
+    info: dict
+
+
+def extend_level(
+    level: LinearLevel,
+    copies: LabelCopies | None,
+    cfg: RankerConfig,
+    X: sp.csr_matrix,
+    Y: sp.csr_matrix,
+    leaves: sp.csr_matrix,
+    routes: sp.csr_matrix | None,
+) -> Extended:
+    """``level`` (its copies ``copies``) with the labels of ``Y``'s last ``leaves.shape[0]`` columns
+    appended in ``leaves`` and trained on ``X``. ``Y`` (``N x L_all``) holds the old labels first, so
+    that their clusters' documents are the new labels' negatives as in training; ``routes``
+    (``N x K``): the leaf clusters the model itself reaches for each document (``man`` negatives)."""
+    n_new = leaves.shape[0]
+    n_old = copies.n_labels if copies is not None else level.n_labels
+    if Y.shape[1] != n_old + n_new:
+        raise RankerError(f"adding labels: Y has {Y.shape[1]} columns, expected {n_old} old + {n_new} new")
+    old_C = copies.collapse(level.C) if copies is not None else level.C
+    C_all = sp.vstack([old_C, binarize(leaves)], format="csr")
+    mask = negative_mask(cfg.negatives, Y, C_all, None if cfg.negatives == "tfn" else _routes(routes, cfg))
+    new_copies, C_new = append_copies(copies, leaves, n_old)
+    Y_new = sp.csr_matrix(Y[:, n_old:])
+    if new_copies is not None:
+        Y_new = sp.csr_matrix(sp.csc_matrix(Y_new)[:, _copy_labels(leaves)])
+    trained, info = train_level(
+        X, LevelSpec(Y_new, C_new, mask), solver_params(cfg), cfg.bias, cfg.threshold, cfg.batch_nnz, cfg.n_threads
+    )
+    return Extended(append_columns(level, trained), new_copies, info)
+
+
+def append_columns(level: LinearLevel, new: LinearLevel) -> LinearLevel:
+    """A level whose first columns are ``level``'s weights, unchanged, and the last ``new``'s."""
+    if new.n_features != level.n_features or new.bias != level.bias or new.n_clusters != level.n_clusters:
+        raise RankerError("adding labels: the new weights do not fit the level (features, bias or clusters)")
+    W = sp.hstack([level.W.tocsc(), new.W.tocsc()], format="csc")
+    W.has_sorted_indices = False
+    W.sort_indices()
+    return LinearLevel(W, sp.vstack([level.C, new.C], format="csr"), level.bias)
+
+
+def append_copies(
+    copies: LabelCopies | None, leaves: sp.csr_matrix, n_old: int
+) -> tuple[LabelCopies | None, sp.csr_matrix]:
+    """The copies after adding labels in ``leaves`` (``n_new x K``) and the new labels' one-cluster
+    rows (one per copy). A partition stays one unless a new label sits in several clusters."""
+    leaves = binarize(leaves)
+    leaves.sort_indices()
+    per_label = np.diff(leaves.indptr)
+    if np.any(per_label == 0):
+        raise RankerError(f"adding labels: new label {int(np.flatnonzero(per_label == 0)[0])} has no leaf cluster")
+    P = leaves.nnz
+    rows = sp.csr_matrix(
+        (np.ones(P, np.float32), leaves.indices.copy(), np.arange(P + 1, dtype=np.int64)), shape=(P, leaves.shape[1])
+    )
+    if copies is None and np.all(per_label == 1):
+        return None, rows
+    old_of = copies.label_of if copies is not None else np.arange(n_old, dtype=np.int64)
+    merge = copies.merge if copies is not None else "max"
+    label_of = np.concatenate([old_of, n_old + _copy_labels(leaves)])
+    return LabelCopies(label_of, n_old + leaves.shape[0], merge), rows
+
+
+def _copy_labels(leaves: sp.csr_matrix) -> np.ndarray:
+    """The new label (0-based among the new) of each copy, copies in row order."""
+    return np.repeat(np.arange(leaves.shape[0], dtype=np.int64), np.diff(leaves.indptr))
+
+
+def _routes(routes: sp.csr_matrix | None, cfg: RankerConfig) -> sp.csr_matrix:
+    if routes is None:
+        raise RankerError(f"adding labels: negatives {cfg.negatives!r} need the model's routes (N x K)")
+    return routes

@@ -1,0 +1,201 @@
+"""Adding labels to a trained model: placement, old weights untouched, one-line errors, folders."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from model_helpers import toy_tree
+from tiny_models import toy_xmc
+
+from xtransformer import XMCModel, XRLinear
+from xtransformer.cli import add_labels_main
+from xtransformer.indexing.placement import place_labels
+from xtransformer.model.folder import ModelError
+from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
+
+IDS = [f"L{i}" for i in range(12)]
+
+
+def block_task(n_per_label: int = 6, seed: int = 0) -> tuple[sp.csr_matrix, sp.csr_matrix, sp.csr_matrix]:
+    """4 leaves of 2 labels each; label ``l`` owns feature ``l`` and its leaf's shared feature
+    ``8 + l // 2``; a ninth label (the new one) owns feature 12 and shares leaf 2's feature 10."""
+    rng = np.random.default_rng(seed)
+    rows, cols, vals, labels = [], [], [], []
+    for label in range(9):
+        own, shared = (label, 8 + label // 2) if label < 8 else (12, 10)
+        for _ in range(n_per_label):
+            i = len(labels)
+            rows += [i, i, i]
+            cols += [own, shared, 13 + int(rng.integers(0, 3))]  # and a filler feature
+            vals += [1.0, 0.8, 0.3]
+            labels.append(label)
+    X = sp.csr_matrix((np.float32(vals), (rows, cols)), shape=(len(labels), 16))
+    Y = sp.csr_matrix((np.ones(len(labels), np.float32), (np.arange(len(labels)), labels)), shape=(len(labels), 9))
+    C = sp.csr_matrix((np.ones(8, np.float32), (np.arange(8), np.arange(8) // 2)), shape=(8, 4))
+    return X, Y, C
+
+
+def test_new_label_goes_to_the_leaf_whose_centroid_is_nearest():
+    X, Y, C = block_task()
+    placed = place_labels(Y, X, C)
+    assert placed.leaves.toarray().tolist() == [[0, 0, 1, 0]]  # leaf 2: the one sharing its feature
+    assert placed.how == ["centroid"] and placed.similarity[0] > 0
+    two = place_labels(Y, X, C, n_leaves=2)
+    assert two.leaves.nnz == 2 and two.leaves[0, 2] == 1
+
+
+def test_without_old_labels_in_the_documents_the_models_routes_decide():
+    X, Y, C = block_task()
+    carriers = np.flatnonzero(Y[:, 8].toarray().ravel())
+    routes = sp.csr_matrix(np.tile([0.1, 0.0, 0.0, 0.9], (len(carriers), 1)).astype(np.float32))
+    placed = place_labels(Y[carriers], X[carriers], C, routes=routes)
+    assert placed.how == ["routes"] and placed.leaves[0, 3] == 1
+
+
+@pytest.mark.parametrize("negatives", ["tfn", "tfn+man"])
+def test_old_weights_and_scores_are_unchanged(negatives):
+    X, Y, C = block_task()
+    cfg = HierarchicalLinearConfig(threads=1, negatives=negatives, threshold=0.0)
+    old = HierarchicalLinear.train(X, Y[:, :8], toy_tree(C), cfg)
+    grown, report = old.add_labels(X, Y)
+    assert report["leaves"].toarray().tolist() == [[0, 0, 1, 0]]
+    assert grown.n_labels == 9 and grown.levels[0] is old.levels[0]
+    before, after = old.levels[-1].W.tocsc(), grown.levels[-1].W.tocsc()
+    assert (after[:, :8] != before).nnz == 0 and after[:, 8].nnz > 0
+    assert (grown.chain[-1][:8] != old.chain[-1]).nnz == 0
+    a, b = old.predict(X, topk=9).tocoo(), grown.predict(X, topk=9).tocsr()
+    assert np.array_equal(a.data, np.asarray(b[a.row, a.col]).ravel())  # bit for bit
+    top = grown.predict(X, topk=1).tocsr()
+    carriers = np.flatnonzero(Y[:, 8].toarray().ravel())
+    assert set(top[carriers].indices) == {8}  # the new label wins on its own documents
+
+
+@pytest.fixture(scope="module")
+def toy_model():
+    """XR-Linear on the toy task without label L11; the full task's texts and label lists."""
+    texts, Y, _ = toy_xmc()
+    lists = [[IDS[j] for j in Y["train"][i].indices] for i in range(Y["train"].shape[0])]
+    without = [[label for label in row if label != "L11"] for row in lists]  # the documents stay, the label goes
+    model = XRLinear.fit(texts["train"], without, label_ids=IDS[:11])
+    return model, texts, lists
+
+
+def one_line(err: pytest.ExceptionInfo) -> str:
+    text = str(err.value)
+    assert "\n" not in text
+    return text
+
+
+def test_bad_additions_fail_with_one_line(toy_model):
+    model, texts, lists = toy_model
+    with pytest.raises(ModelError) as err:
+        model.add_labels(texts["train"], lists, new_labels=["L11", "L11"])
+    assert "'L11' is listed twice" in one_line(err)
+    with pytest.raises(ModelError) as err:
+        model.add_labels(texts["train"], lists, new_labels=["L3"])
+    assert "'L3' collides with the model's label" in one_line(err)
+    old_only = [[label for label in row if label != "L11"] for row in lists]
+    with pytest.raises(ModelError) as err:
+        model.add_labels(texts["train"], old_only)
+    assert "carry no label the model does not already have" in one_line(err)
+    grown = model.add_labels(texts["train"], lists)
+    with pytest.raises(ModelError) as err:  # the same label added a second time
+        grown.add_labels(texts["train"], lists, new_labels=["L11"])
+    assert "'L11' collides" in one_line(err)
+
+
+def test_added_model_keeps_old_scores_and_records_the_addition(toy_model):
+    model, texts, lists = toy_model
+    grown = model.add_labels(texts["train"], lists)
+    assert grown.label_ids == IDS and model.label_ids == IDS[:11]  # the old model is untouched
+    assert grown.train_settings["added_labels"][-1]["ids"] == ["L11"]
+    assert grown.report["added_labels"]["n_added"] == 1 and "L11" in grown.report["added_labels"]["leaves"]
+    a, b = model.predict_csr(texts["dev"]).tocoo(), grown.predict_csr(texts["dev"]).tocsr()
+    shared = np.asarray(b[a.row, a.col]).ravel()
+    assert np.array_equal(a.data[shared != 0], shared[shared != 0]) and (shared != 0).sum() > 0
+
+
+def keywords_of(label: int, texts: list[str], Y: sp.csr_matrix) -> list[str]:
+    """The words only documents with ``label`` use (the toy task's keywords of that label)."""
+    has = Y[:, label].toarray().ravel() > 0
+    words_in = set(" ".join(t for t, h in zip(texts, has) if h).replace(".", "").split())
+    words_out = set(" ".join(t for t, h in zip(texts, has) if not h).replace(".", "").split())
+    return sorted(words_in - words_out)
+
+
+def test_command_line_writes_a_new_folder_that_predicts_the_new_label(toy_model, tmp_path, capsys):
+    from run_helpers import write_text_dataset
+
+    model, texts, lists = toy_model
+    old = model.save(tmp_path / "old")
+    files_before = {p.name: p.read_bytes() for p in old.rglob("*") if p.is_file()}
+    data = write_text_dataset(
+        tmp_path / "data", {"train": (texts["train"], [" ".join(row) for row in lists])}, label_text=["L11\tnew topic"]
+    )
+    rc = add_labels_main(["--model", str(old), "--data", str(data), "--output", str(tmp_path / "new")])
+    assert rc == 0 and "1 labels added" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in old.rglob("*") if p.is_file()} == files_before
+    loaded = XMCModel.load(tmp_path / "new")
+    assert loaded.label_ids == IDS and loaded.label_names[-1] == "new topic"
+    _, Y, _ = toy_xmc()
+    doc = " ".join(keywords_of(11, texts["train"], Y["train"]) * 2)
+    assert loaded.predict([doc], k=1)[0]["labels"] == ["L11"]
+    again = add_labels_main(["--model", str(tmp_path / "new"), "--data", str(data), "--output", str(tmp_path / "x")])
+    err = capsys.readouterr().err.strip()
+    assert again == 2 and err.count("\n") == 0 and "nothing to add" in err and not (tmp_path / "x").exists()
+    clash = add_labels_main(["--model", str(old), "--data", str(data), "--output", str(old / "inside")])
+    assert clash == 2 and "inside the model folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_neural_combination_adds_labels_to_every_member(tmp_path):
+    from run_helpers import TINY
+
+    from xtransformer import Combination
+    from xtransformer.pipeline.settings import compose_settings
+
+    texts, Y, _ = toy_xmc()
+    lists = [[IDS[j] for j in Y["train"][i].indices] for i in range(Y["train"].shape[0])]
+    without = [[label for label in row if label != "L11"] for row in lists]
+    over = [o for o in TINY if not o.startswith("data.")] + ["indexing.n_clusters=4", "logger=none"]
+    s = compose_settings("method=xrtransformer", *over, "matcher.level_steps=[4,4]").methods
+    combo = Combination.fit(
+        texts["train"],
+        without,
+        members={"xrtransformer": s["xrtransformer"], "xrlinear": s["xrlinear"]},
+        label_ids=IDS[:11],
+    )
+    grown = combo.add_labels(texts["train"], lists)
+    assert [m.label_ids for m in grown.members] == [IDS, IDS]
+    a, b = combo.members[0].predict_csr(texts["dev"]).tocoo(), grown.members[0].predict_csr(texts["dev"]).tocsr()
+    shared = np.asarray(b[a.row, a.col]).ravel()
+    assert np.array_equal(a.data[shared != 0], shared[shared != 0])
+    grown.save(tmp_path / "combo")
+    loaded = XMCModel.load(tmp_path / "combo")
+    doc = " ".join(keywords_of(11, texts["train"], Y["train"]) * 2)
+    assert "L11" in loaded.predict([doc], k=3)[0]["labels"]
+
+
+@pytest.mark.slow
+def test_xtransformer_ranks_the_new_label_over_its_matchers_clusters(tmp_path):
+    from run_helpers import TINY
+
+    from xtransformer import XTransformer
+    from xtransformer.pipeline.settings import compose_settings
+
+    texts, Y, _ = toy_xmc()
+    lists = [[IDS[j] for j in Y["train"][i].indices] for i in range(Y["train"].shape[0])]
+    without = [[label for label in row if label != "L11"] for row in lists]
+    over = [o for o in TINY if not o.startswith("data.")] + ["indexing.n_clusters=4", "logger=none"]
+    model = XTransformer.fit(
+        texts["train"], without, compose_settings(*over).methods["xtransformer"], label_ids=IDS[:11]
+    )
+    grown = model.add_labels(texts["train"], lists)
+    assert grown.chain.n_labels == 12 and grown.ranker.n_labels == 12
+    assert len(grown.report["added_labels"]["leaves"]["L11"]) == 1
+    a, b = model.predict_csr(texts["dev"]).tocoo(), grown.predict_csr(texts["dev"]).tocsr()
+    shared = np.asarray(b[a.row, a.col]).ravel()
+    assert (shared != 0).sum() > 0 and np.array_equal(a.data[shared != 0], shared[shared != 0])
+    grown.save(tmp_path / "xt")
+    assert XMCModel.load(tmp_path / "xt").label_ids == IDS
