@@ -194,6 +194,11 @@ def test_evaluate_hand_made_example():
         "P@5": 20.0,
         "R@1": 50.0,
         "R@3": 200 / 3,
+        # RP@k divides by min(k, |T|): doc0 1/1, 1/2, 2/2; doc1 1/1 at every k; doc2 0.
+        "RP@1": 200 / 3,
+        "RP@2": 50.0,
+        "RP@3": 200 / 3,
+        "RP@5": 200 / 3,
         "nDCG@1": 200 / 3,
         "nDCG@2": 100 * (1 / (1 + 1 / math.log2(3)) + 1) / 3,
         "nDCG@3": 100 * (1.5 / (1 + 1 / math.log2(3)) + 1) / 3,
@@ -208,13 +213,13 @@ def test_evaluate_hand_made_example():
     }
     for key, value in expected.items():
         assert m[key] == pytest.approx(value), key
-    assert set(m) == {f"{p}@{k}" for p in ("P", "R", "nDCG", "PSP", "PSP_raw") for k in range(1, 6)} | {
+    assert set(m) == {f"{p}@{k}" for p in ("P", "R", "RP", "nDCG", "PSP", "PSP_raw") for k in range(1, 6)} | {
         "n_docs",
         "n_docs_no_label",
     }
     # The same ranking given as an (idx, vals) pair gives the same numbers; ks selects keys.
     pair = evaluate(Y, topk_from_scores(S, 3), ks=(1, 3))
-    assert set(pair) == {"P@1", "P@3", "R@1", "R@3", "nDCG@1", "nDCG@3", "n_docs", "n_docs_no_label"}
+    assert set(pair) == {"P@1", "P@3", "R@1", "R@3", "RP@1", "RP@3", "nDCG@1", "nDCG@3", "n_docs", "n_docs_no_label"}
     assert pair["P@3"] == pytest.approx(m["P@3"]) and pair["nDCG@3"] == pytest.approx(m["nDCG@3"])
 
 
