@@ -84,6 +84,17 @@ class LabeledData:
             return inputs
         return LabeledData.build(inputs, labels, self.label_ids, self.label_names)
 
+    def take(self, rows: np.ndarray) -> LabeledData:
+        """The documents ``rows`` (indices, in that order), in this label space."""
+        return LabeledData(
+            Y=self.Y[rows],
+            label_ids=self.label_ids,
+            label_names=self.label_names,
+            texts=None if self.texts is None else [self.texts[i] for i in rows],
+            features=None if self.features is None else self.features[rows],
+            source=self.source,
+        )
+
     # ------------------------------------------------------------------ facts
     def __len__(self) -> int:
         return self.Y.shape[0]
