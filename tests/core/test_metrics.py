@@ -13,6 +13,7 @@ from xtransformer.matcher import metrics as XM
 from xtransformer.matcher.metrics import XMCMetrics
 from xtransformer.metrics import (
     MetricsError,
+    decision_f1,
     evaluate,
     format_metrics_table,
     ndcg_at_k,
@@ -20,6 +21,7 @@ from xtransformer.metrics import (
     propensity,
     psp_at_k,
     recall_at_k,
+    rprecision_at_k,
     topk_from_scores,
 )
 
@@ -325,3 +327,38 @@ def test_format_metrics_table():
     assert table.splitlines() == ["| P@1 | n_docs |", "|---:|---:|", "| 91.85 | 6000 |"]
     with pytest.raises(MetricsError, match="keys not in metrics"):
         format_metrics_table(m, keys=["P@5"])
+
+
+def test_rprecision_divides_by_the_smaller_of_k_and_the_true_labels():
+    # doc0: 7 true labels (more than k), ranked 0..4 with hits at 0, 1, 3; doc1: 1 true label, found
+    # at rank 2; doc2: no true label (0, and it stays in the mean).
+    Y = _one_hot_labels([[0, 1, 3, 10, 11, 12, 13], [6], []], 14)
+    idx = np.array([[0, 1, 2, 3, 4], [4, 5, 6, -1, -1], [7, 8, 9, -1, -1]])
+    rp = rprecision_at_k(Y, idx)
+    expected = [
+        (1 / 1 + 0) / 3,  # k=1: doc0 1/1, doc1 0/1
+        (2 / 2 + 0) / 3,
+        (2 / 3 + 1 / 1) / 3,  # doc1's one label found by k=3: min(3, 1) = 1
+        (3 / 4 + 1) / 3,
+        (3 / 5 + 1) / 3,  # doc0 has 7 labels: min(5, 7) = 5, as P@5
+    ]
+    np.testing.assert_allclose(rp, expected)
+    np.testing.assert_allclose(evaluate(Y, (idx, -np.arange(5.0)[None].repeat(3, 0)))["RP@5"], 100 * expected[4])
+    assert rp[4] > precision_at_k(Y, idx)[4]  # doc1 is not punished for having one label
+
+
+def test_decision_f1_by_hand():
+    """doc0 true {0, 1}, decided {0, 2}; doc1 true {1}, decided nothing; doc2 true {2}, decided
+    {2}; doc3 neither true nor decided labels. TP 2 (0 in doc0, 2 in doc2), FP 1, FN 2."""
+    Y = _one_hot_labels([[0, 1], [1], [2], []], 4)
+    D = _one_hot_labels([[0, 2], [], [2], []], 4)
+    f1 = decision_f1(Y, D)
+    assert f1["micro-F1"] == pytest.approx(100 * 2 * 2 / (2 * 2 + 1 + 2))
+    # per label: 0: tp1 -> 1; 1: fn2 -> 0; 2: tp1 fp1 -> 2/3; 3: never true nor decided -> 0
+    assert f1["macro-F1"] == pytest.approx(100 * (1 + 0 + 2 / 3 + 0) / 4)
+    # per document: 2*1/(2+2), 0 (labels, none decided), 1, 1 (nothing to find, nothing claimed)
+    assert f1["example-F1"] == pytest.approx(100 * (0.5 + 0 + 1 + 1) / 4)
+    # the truth itself: perfect, but label 3 (never true, never decided) counts 0 in macro-F1
+    assert decision_f1(Y, Y) == {"micro-F1": 100.0, "macro-F1": 75.0, "example-F1": 100.0}
+    with pytest.raises(MetricsError, match="decided has shape"):
+        decision_f1(Y, D[:2])
