@@ -174,7 +174,8 @@ def _parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 def _format_row(row: dict[str, Any], fmt: str) -> str:
     if fmt == "jsonl":
         return json.dumps(row, ensure_ascii=False)
-    return "\t".join(f"{label}:{score:.6g}" for label, score in zip(row["labels"], row["scores"]))
+    values = row.get("probabilities", row["scores"])  # a calibrated model's probabilities
+    return "\t".join(f"{label}:{value:.6g}" for label, value in zip(row["labels"], values))
 
 
 def _label_matrix(lines: list[tuple[int, str]], index: dict[str, int], n_labels: int) -> tuple[Any, int]:
@@ -199,7 +200,7 @@ def predict_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="xmc-predict",
         description="Predict labels for texts (one UTF-8 document a line) with a saved model folder; "
-        "with --labels also print P@k / R@k / nDCG@k.",
+        "with --labels also print P@k / R@k / nDCG@k / RP@5 (and the F1 scores of decided label sets).",
     )
     p.add_argument(
         "--model",
@@ -227,6 +228,24 @@ def predict_main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="override a prediction setting of the model, e.g. --set beam_size=20 (repeatable)",
     )
+    decisions = p.add_argument_group(
+        "decisions (a calibrated model: trained with calibration=platt, or model.calibrate(...))",
+        "the decided labels of each document instead of its k best, each with its probability",
+    )
+    decisions.add_argument(
+        "--decision",
+        choices=("topk", "threshold", "per_label"),
+        default=None,
+        help="topk: the k best (default); threshold: every label whose probability reaches --threshold "
+        "(default: the folder's, tuned on held-out documents); per_label: each label's own tuned threshold",
+    )
+    decisions.add_argument(
+        "--threshold", type=float, default=None, help="a probability in [0, 1] (implies --decision threshold)"
+    )
+    decisions.add_argument(
+        "--min-labels", type=int, default=None, help="labels a document always gets (its most probable)"
+    )
+    decisions.add_argument("--max-labels", type=int, default=None, help="labels a document gets at most")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the model's files")
     args = p.parse_args(argv)
@@ -245,14 +264,15 @@ def _predict(args: argparse.Namespace) -> int:
 
     if args.k < 1 or args.chunk_size < 1:
         raise CLIError("--k and --chunk-size must be >= 1")
-    overrides = _parse_overrides(args.overrides)
+    overrides = _parse_overrides(args.overrides) | _decision_flags(args)
     model = XMCModel.load(args.model, method=args.method, verify=not args.no_verify)
-    model.settings(overrides)  # unknown settings fail before any work
+    settings = model.settings(overrides)  # unknown settings and bad decision values fail before any work
+    deciding = model.decides and settings["decision"] != "topk"
     want = max(args.k, 5)  # metrics report up to @5
     texts = read_lines(args.input)
     labels = read_lines(args.labels) if args.labels else None
     index = {label: i for i, label in enumerate(model.label_ids)}
-    kept, truth, unknown = [], [], 0
+    kept, truth, decided, unknown = [], [], [], 0
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115 (closed below)
     bar = tqdm(
         total=_count_lines(args.input), unit="doc", desc="xmc-predict", disable=args.no_progress, file=sys.stderr
@@ -260,7 +280,8 @@ def _predict(args: argparse.Namespace) -> int:
     try:
         for chunk in _chunks(texts, args.chunk_size):
             pred = model.predict_csr([t for _, t in chunk], **model.overrides_for_k(want, overrides))
-            for row in model.top_labels(pred, args.k):
+            rows = model.label_rows(pred, args.k, settings)
+            for row in rows:
                 out.write(_format_row(row, args.format) + "\n")
             if labels is not None:
                 lab = list(itertools.islice(labels, len(chunk)))
@@ -270,6 +291,8 @@ def _predict(args: argparse.Namespace) -> int:
                 truth.append(Y)
                 unknown += bad
                 kept.append(topk_csr(pred, want))
+                if deciding:
+                    decided.append(_rows_csr(rows, index, model.n_labels))
             bar.update(len(chunk))
     finally:
         bar.close()
@@ -278,19 +301,40 @@ def _predict(args: argparse.Namespace) -> int:
     if labels is not None:
         if next(labels, None) is not None:
             raise CLIError(f"{args.labels}: more lines than {args.input}")
-        _report_metrics(truth, kept, unknown, args.output is None)
+        _report_metrics(truth, kept, decided, unknown, args.output is None)
     return 0
 
 
-def _report_metrics(truth: list[Any], kept: list[Any], unknown: int, to_stderr: bool) -> None:
+def _decision_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """--decision / --threshold / --min-labels / --max-labels as prediction settings (None: the folder's)."""
+    flags = {"decision": args.decision, "threshold": args.threshold}
+    flags |= {"min_labels": args.min_labels, "max_labels": args.max_labels}
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+def _rows_csr(rows: list[dict[str, Any]], index: dict[str, int], n_labels: int) -> Any:
+    """The label sets of output rows as a binary csr (what the F1 scores read)."""
+    import numpy as np
     import scipy.sparse as sp
 
-    from xtransformer.metrics import evaluate, format_metrics_table
+    cols = [index[label] for row in rows for label in row["labels"]]
+    indptr = np.concatenate([[0], np.cumsum([len(row["labels"]) for row in rows])])
+    return sp.csr_matrix((np.ones(len(cols), np.float32), cols, indptr), shape=(len(rows), n_labels))
+
+
+def _report_metrics(truth: list[Any], kept: list[Any], decided: list[Any], unknown: int, to_stderr: bool) -> None:
+    import scipy.sparse as sp
+
+    from xtransformer.metrics import decision_f1, evaluate, format_metrics_table
 
     if not truth:
         raise CLIError("no documents to evaluate")
-    res = evaluate(sp.vstack(truth, format="csr"), sp.vstack(kept, format="csr"))
-    keys = [f"{m}@{k}" for m in ("P", "R", "nDCG") for k in (1, 3, 5)]
+    Y = sp.vstack(truth, format="csr")
+    res = evaluate(Y, sp.vstack(kept, format="csr"))
+    keys = [f"{m}@{k}" for m in ("P", "R", "nDCG") for k in (1, 3, 5)] + ["RP@5"]
+    if decided:  # the F1 scores of the decided label sets
+        res |= decision_f1(Y, sp.vstack(decided, format="csr"))
+        keys += ["micro-F1", "macro-F1", "example-F1"]
     line = format_metrics_table(res, keys)
     if unknown:
         line += f"\n({unknown} label ids not in the model's vocabulary counted as misses)"

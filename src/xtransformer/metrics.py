@@ -1,10 +1,14 @@
-"""XMC ranking metrics (P@k, R@k, nDCG@k, PSP@k) computed from sparse top-k predictions.
+"""XMC metrics: ranking metrics (P@k, R@k, RP@k, nDCG@k, PSP@k) from sparse top-k predictions, and the
+F1 scores of decided label sets (micro, macro, example).
 
 Definitions follow pyxclib / the Extreme Classification Repository (and PECOS for P/R):
 for a document with true label set ``T`` and ranked predictions ``l_1..l_k``,
 
 * ``P@k   = |{l_1..l_k} ∩ T| / k`` (denominator ``k`` even when fewer than ``k`` predictions),
 * ``R@k   = |{l_1..l_k} ∩ T| / |T|``, 0 when ``T`` is empty,
+* ``RP@k  = |{l_1..l_k} ∩ T| / min(k, |T|)`` (R-Precision as Chalkidis et al., ACL 2019, report it
+  on EURLEX57K: precision at k that does not punish a document with fewer than k labels), 0 when
+  ``T`` is empty,
 * ``nDCG@k = DCG@k / IDCG@min(k, |T|)`` with ``DCG@k = sum_j [l_j in T] / log2(j + 1)``, 0 when
   ``T`` is empty,
 * ``PSP@k`` (Jain et al., KDD 2016) with inverse propensities ``w``: the *normalised* form used
@@ -18,6 +22,13 @@ as 0 and are reported as ``n_docs_no_label``). All metrics reduce to per-documen
 over documents (:class:`MetricSums`), which lets :func:`evaluate` and the streaming torchmetrics
 ``XMCMetrics`` (``matcher/metrics.py``, the matcher's validation) share one code path. Nothing
 here builds a dense ``N x L`` matrix, and nothing imports torch (the linear path stays light).
+
+Decided label sets (a binary csr ``N x L``, :func:`decision_f1`): ``micro-F1`` = 2 TP / (2 TP + FP +
+FN) over every (document, label) pair; ``macro-F1`` = the mean over *all* L labels of the label
+space of each label's 2 TP / (2 TP + FP + FN), 0 where a label is neither true nor predicted
+(LibMultiLabel's definition, so its published EURLEX57K rows compare); ``example-F1`` = the mean
+over documents of 2 |P ∩ T| / (|P| + |T|), 1 for a document with neither (nothing to find, nothing
+claimed) and 0 for one with true labels and no decided label.
 """
 
 from __future__ import annotations
@@ -37,7 +48,9 @@ __all__ = [
     "topk_from_scores",
     "precision_at_k",
     "recall_at_k",
+    "rprecision_at_k",
     "ndcg_at_k",
+    "decision_f1",
     "psp_at_k",
     "propensity",
     "evaluate",
@@ -177,6 +190,12 @@ def _per_doc_recall(hits: np.ndarray, n_true: np.ndarray) -> np.ndarray:
     return np.cumsum(hits, axis=1) / np.maximum(n_true, 1)[:, None]
 
 
+def _per_doc_rprecision(hits: np.ndarray, n_true: np.ndarray) -> np.ndarray:
+    # min(k, |T|) is 0 only for empty-truth documents, which have no hits: they count 0.
+    ks = np.arange(1, hits.shape[1] + 1)[None, :]
+    return np.cumsum(hits, axis=1) / np.maximum(np.minimum(ks, n_true[:, None]), 1)
+
+
 def _per_doc_ndcg(hits: np.ndarray, n_true: np.ndarray) -> np.ndarray:
     max_k = hits.shape[1]
     disc = _discounts(max_k)
@@ -203,6 +222,7 @@ class MetricSums:
 
     precision: np.ndarray
     recall: np.ndarray
+    rprecision: np.ndarray
     ndcg: np.ndarray
     psp_gain: np.ndarray  # sum of cumulative propensity-weighted hits
     psp_best: np.ndarray  # sum of the best achievable cumulative weighted gain
@@ -230,6 +250,7 @@ def _metric_sums(
     return MetricSums(
         precision=_per_doc_precision(hits).sum(0),
         recall=_per_doc_recall(hits, n_true).sum(0),
+        rprecision=_per_doc_rprecision(hits, n_true).sum(0),
         ndcg=_per_doc_ndcg(hits, n_true).sum(0),
         psp_gain=psp[0],
         psp_best=psp[1],
@@ -249,6 +270,7 @@ def _metric_curves(sums: MetricSums, with_psp: bool) -> dict[str, np.ndarray]:
     curves = {
         "P": _safe_ratio(sums.precision, sums.n_docs),
         "R": _safe_ratio(sums.recall, sums.n_docs),
+        "RP": _safe_ratio(sums.rprecision, sums.n_docs),
         "nDCG": _safe_ratio(sums.ndcg, sums.n_docs),
     }
     if with_psp:
@@ -295,6 +317,12 @@ def recall_at_k(Y_true: sp.spmatrix, topk_idx: np.ndarray, max_k: int | None = N
     """R@k for k = 1..max_k; documents with no true label contribute 0 (and stay in the mean)."""
     _, _, hits, n_true = _prepare(Y_true, topk_idx, max_k)
     return _mean_over_docs(_per_doc_recall(hits, n_true))
+
+
+def rprecision_at_k(Y_true: sp.spmatrix, topk_idx: np.ndarray, max_k: int | None = None) -> np.ndarray:
+    """RP@k = hits in the top k / min(k, |T|) for k = 1..max_k; 0 for documents with no true label."""
+    _, _, hits, n_true = _prepare(Y_true, topk_idx, max_k)
+    return _mean_over_docs(_per_doc_rprecision(hits, n_true))
 
 
 def ndcg_at_k(Y_true: sp.spmatrix, topk_idx: np.ndarray, max_k: int | None = None) -> np.ndarray:
@@ -383,7 +411,7 @@ def evaluate(
     max_k: int = 5,
     inv_propensity: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """All metrics, as percentages (0-100), keyed ``P@k``, ``R@k``, ``nDCG@k`` (and ``PSP@k``,
+    """All ranking metrics, as percentages (0-100), keyed ``P@k``, ``R@k``, ``RP@k``, ``nDCG@k`` (and ``PSP@k``,
     ``PSP_raw@k`` when ``inv_propensity`` is given), plus ``n_docs`` and ``n_docs_no_label``.
 
     ``scores`` is an ``N x L`` sparse score matrix (top-k of its stored entries is taken) or a
@@ -446,9 +474,34 @@ def _group_terms(Y: sp.csr_matrix, S: sp.csr_matrix, k: int) -> dict[str, float]
     return terms
 
 
+# --------------------------------------------------------------------------- decided label sets
+
+
+def decision_f1(Y_true: sp.spmatrix, decided: sp.spmatrix) -> dict[str, float]:
+    """``micro-F1``, ``macro-F1`` and ``example-F1`` (percentages) of decided label sets: ``decided``
+    is ``N x L``, its stored entries the labels decided for each document (their values are ignored)."""
+    Y = _binary_labels(Y_true)
+    D = _binary_labels(decided, "decided")
+    if D.shape != Y.shape:
+        raise MetricsError(f"decided has shape {D.shape} but Y_true has {Y.shape} (documents and labels must align)")
+    if Y.shape[0] == 0:
+        raise MetricsError("Y_true has no rows; nothing to evaluate")
+    both = Y.multiply(D).tocsr()
+    n_true, n_pred, n_hit = (np.diff(M.indptr).astype(np.float64) for M in (Y, D, both))
+    tp = np.bincount(both.indices, minlength=Y.shape[1]).astype(np.float64)
+    fp = np.bincount(D.indices, minlength=Y.shape[1]) - tp
+    fn = np.bincount(Y.indices, minlength=Y.shape[1]) - tp
+    per_doc = np.where(n_true + n_pred > 0, 2 * n_hit / np.maximum(n_true + n_pred, 1), 1.0)
+    return {
+        "micro-F1": 100.0 * float(_safe_ratio(2 * tp.sum(), 2 * tp.sum() + fp.sum() + fn.sum())),
+        "macro-F1": 100.0 * float(_safe_ratio(2 * tp, 2 * tp + fp + fn).mean()),
+        "example-F1": 100.0 * float(per_doc.mean()),
+    }
+
+
 # --------------------------------------------------------------------------- reporting
 
-_DEFAULT_TABLE_KEYS = ("P@1", "P@3", "P@5", "R@5", "nDCG@3", "nDCG@5", "PSP@1", "PSP@3", "PSP@5")
+_DEFAULT_TABLE_KEYS = ("P@1", "P@3", "P@5", "R@5", "RP@5", "nDCG@3", "nDCG@5", "PSP@1", "PSP@3", "PSP@5")
 
 
 def format_metrics_table(

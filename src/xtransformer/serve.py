@@ -4,9 +4,11 @@
     xmc-serve --model RUN/model --host 0.0.0.0 --api-key-file keys.txt        # reachable, with keys
 
 Endpoints: ``POST /predict`` ``{"texts": [...], "k": 5}`` -> ``{"predictions": [{labels, names,
-scores}, ...]}``; ``GET /`` a page to try the model; ``GET /health`` (liveness), ``GET /ready``
-(model loaded, queue below its limit, not shutting down), ``GET /metrics`` (Prometheus text
-format), ``GET /labels``; OpenAPI at ``/openapi.json`` and ``/docs``.
+scores}, ...]}`` (a calibrated model adds ``probabilities``, and takes ``decision``,
+``threshold``, ``min_labels``, ``max_labels``: the decided labels instead of the k best);
+``GET /`` a page to try the model; ``GET /health`` (liveness), ``GET /ready`` (model loaded,
+queue below its limit, not shutting down), ``GET /metrics`` (Prometheus text format),
+``GET /labels``; OpenAPI at ``/openapi.json`` and ``/docs``.
 
 Under load: one worker thread runs the model; while it is busy, arriving requests queue and the
 next forward pass takes all of them at once (up to ``--max-batch`` texts), so a lone request never
@@ -199,11 +201,31 @@ def process_rss_cpu(pid: int | str = "self") -> tuple[int, float]:
 
 
 # ---------------------------------------------------------------------------------------------- batching
-class _Job:
-    __slots__ = ("texts", "k", "future", "queued")
+@dataclass(frozen=True)
+class Ask:
+    """A request's decision settings (a calibrated model's ``decision``, ``threshold``, ``min_labels``,
+    ``max_labels``; unset: the folder's) and whether they ask for decided label sets."""
 
-    def __init__(self, texts: list[str], k: int, future: asyncio.Future):
+    settings: tuple[tuple[str, Any], ...] = ()
+    decided: bool = False
+
+    @classmethod
+    def of(cls, model: Any, fields: dict[str, Any]) -> "Ask":
+        """Checked against ``model`` (a ValueError names the field); nothing to check for a plain request."""
+        given = {k: v for k, v in fields.items() if v is not None}
+        if not given and not getattr(model, "decides", False):
+            return cls()
+        settings = model.settings(given)
+        return cls(tuple(sorted(given.items())), settings.get("decision", "topk") != "topk")
+
+
+class _Job:
+    __slots__ = ("texts", "k", "future", "queued", "decide", "cut")
+
+    def __init__(self, texts: list[str], k: int, future: asyncio.Future, decide: "Ask | None" = None):
         self.texts, self.k, self.future, self.queued = texts, k, future, True
+        self.decide = decide or Ask()  # the request's decision settings; a pass shares one
+        self.cut = None if self.decide.decided else k  # rows of the k best are cut to the request's k
 
 
 class _ThreadSlot:
@@ -217,11 +239,11 @@ class _ThreadSlot:
     def alive(self) -> bool:
         return True
 
-    async def run(self, texts: list[str], k: int) -> list[dict[str, Any]]:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, self._predict, texts, k)
+    async def run(self, texts: list[str], k: int, decide: Ask) -> list[dict[str, Any]]:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self._predict, texts, k, decide)
 
-    def _predict(self, texts: list[str], k: int) -> list[dict[str, Any]]:
-        return self.model.predict(texts, k=k) if texts else []
+    def _predict(self, texts: list[str], k: int, decide: Ask) -> list[dict[str, Any]]:
+        return self.model.predict(texts, k=k, **dict(decide.settings)) if texts else []
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -247,9 +269,9 @@ def _worker_main(conn: Any, model: Any, overrides: dict[str, Any], threads: int)
             break
         if message is None:
             break
-        texts, k = message
+        texts, k, decide = message
         try:
-            reply = (True, model.predict(texts, k=k, **overrides) if texts else [])
+            reply = (True, model.predict(texts, k=k, **overrides, **decide) if texts else [])
         except Exception as e:
             reply = (False, f"{type(e).__name__}: {e}")
         try:
@@ -278,12 +300,12 @@ class _ProcessSlot:
     def alive(self) -> bool:
         return self.proc.is_alive()
 
-    async def run(self, texts: list[str], k: int) -> list[dict[str, Any]]:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, self._call, texts, k)
+    async def run(self, texts: list[str], k: int, decide: Ask) -> list[dict[str, Any]]:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, self._call, texts, k, decide)
 
-    def _call(self, texts: list[str], k: int) -> list[dict[str, Any]]:
+    def _call(self, texts: list[str], k: int, decide: Ask) -> list[dict[str, Any]]:
         try:
-            self.conn.send((texts, k))
+            self.conn.send((texts, k, dict(decide.settings)))
             ok, value = self.conn.recv()
         except (EOFError, OSError, BrokenPipeError) as e:
             raise WorkerDied(
@@ -398,14 +420,17 @@ class MicroBatcher:
         return self.queued_texts < self.max_queue
 
     # -------------------------------------------------------------- requests
-    async def predict(self, texts: list[str], k: int, deadline: float | None = None) -> list[dict[str, Any]]:
-        """Rows for ``texts``; :class:`QueueFull` at once when they do not fit, :class:`RequestTimeout`
-        when ``deadline`` (``loop.time()``) passes first (their texts then leave the queue)."""
+    async def predict(
+        self, texts: list[str], k: int, deadline: float | None = None, decide: Ask | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows for ``texts`` (``decide``: the request's decision settings); :class:`QueueFull` at once
+        when they do not fit, :class:`RequestTimeout` when ``deadline`` (``loop.time()``) passes first
+        (their texts then leave the queue)."""
         await self.start()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout if deadline is None else deadline
         self.admit(len(texts), budget=deadline - loop.time())
-        job = _Job(texts, k, loop.create_future())
+        job = _Job(texts, k, loop.create_future(), decide)
         self.jobs.append(job)
         self.queued_texts += len(texts)
         self._wakeup.set()
@@ -427,9 +452,10 @@ class MicroBatcher:
             self.queued_texts -= len(job.texts)
 
     def _take(self) -> list[_Job]:
-        """The next pass: queued requests in order, up to ``max_batch`` texts (at least one request)."""
+        """The next pass: queued requests in order, up to ``max_batch`` texts (at least one request),
+        all with the same decision settings (one forward pass applies one)."""
         batch, size = [], 0
-        while self.jobs and (not batch or size + len(self.jobs[0].texts) <= self.max_batch):
+        while self.jobs and (not batch or self._joins(batch, size)):
             job = self.jobs.popleft()
             was_queued = job.queued
             self._unqueue(job)
@@ -438,6 +464,12 @@ class MicroBatcher:
             batch.append(job)
             size += len(job.texts)
         return batch
+
+    def _joins(self, batch: list[_Job], size: int) -> bool:
+        head = self.jobs[0]
+        # a request already answered or abandoned is always taken off (its settings do not matter)
+        same = head.decide == batch[0].decide or not head.queued or head.future.done()
+        return same and size + len(head.texts) <= self.max_batch
 
     async def _loop(self) -> None:
         while True:
@@ -459,7 +491,7 @@ class MicroBatcher:
         self.running_texts += len(texts)
         start = time.perf_counter()
         try:
-            rows = await slot.run(texts, k)
+            rows = await slot.run(texts, k, batch[0].decide)
         except Exception as e:
             self.metrics.predict_errors += 1
             log.error("forward pass over %d texts failed: %s", len(texts), e, exc_info=not isinstance(e, WorkerDied))
@@ -483,11 +515,11 @@ class MicroBatcher:
         self.metrics.batch_texts.observe(len(texts))
         self.metrics.batch_seconds.observe(elapsed)
         start_row = 0
-        for job in batch:  # each request gets its rows, cut to its own k (rows are sorted)
+        for job in batch:  # each request gets its rows, the k best cut to its own k (rows are sorted)
             part = rows[start_row : start_row + len(job.texts)]
             start_row += len(job.texts)
             if not job.future.done():
-                job.future.set_result([{key: value[: job.k] for key, value in row.items()} for row in part])
+                job.future.set_result([{key: value[: job.cut] for key, value in row.items()} for row in part])
 
 
 # ---------------------------------------------------------------------------------------------- keys
@@ -690,6 +722,7 @@ class Served:
 def api_schemas(limits: Limits) -> Any:
     """The request and response models of ``/predict`` and the error body, with the limits in them."""
     from types import SimpleNamespace
+    from typing import Literal
 
     from pydantic import BaseModel, ConfigDict, Field
 
@@ -705,14 +738,26 @@ def api_schemas(limits: Limits) -> Any:
         )
         k: int = Field(
             5,
-            description=f"labels per document, 1..{limits.max_k}",
+            description=f"labels per document, 1..{limits.max_k} (the k best; not used by decisions)",
             json_schema_extra={"minimum": 1, "maximum": limits.max_k},
         )
+        decision: Literal["topk", "threshold", "per_label"] | None = Field(
+            None,
+            description="a calibrated model: topk (the k best), threshold (every label whose probability "
+            "reaches `threshold`) or per_label (each label's tuned threshold); default: the model's",
+        )
+        threshold: float | None = Field(None, description="a probability in [0, 1]; alone it asks for decisions")
+        min_labels: int | None = Field(None, description="labels a document always gets (its most probable)")
+        max_labels: int | None = Field(None, description="labels a document gets at most")
+
+        def decision_fields(self) -> dict[str, Any]:
+            return {k: getattr(self, k) for k in ("decision", "threshold", "min_labels", "max_labels")}
 
     class Prediction(BaseModel):
         labels: list[str]
         names: list[str]
         scores: list[float]
+        probabilities: list[float] | None = Field(None, description="a calibrated model's probability of each label")
 
     class PredictResponse(BaseModel):
         predictions: list[Prediction]
@@ -841,10 +886,16 @@ def _predict_route(app: Any, srv: Served) -> None:
                 )
         if not 1 <= req.k <= limits.max_k:
             return _json_error(422, f"k must be between 1 and {limits.max_k}, got {req.k}", "k")
+        fields = req.decision_fields()
+        try:
+            decide = Ask.of(srv.model, fields)
+        except ValueError as e:  # no calibrator, or a value out of range: the message names the field
+            where = next((k for k in fields if str(e).startswith(k)), "body")
+            return _json_error(422, str(e), where)
         t0 = request.scope.get("xmc_t0") or asyncio.get_running_loop().time()
         try:
             rows = await srv.batcher.predict(
-                [_valid_unicode(t) for t in req.texts], req.k, deadline=t0 + limits.request_timeout
+                [_valid_unicode(t) for t in req.texts], req.k, deadline=t0 + limits.request_timeout, decide=decide
             )
         except QueueFull as e:
             srv.metrics.rejected["queue_full"] += 1
@@ -871,6 +922,7 @@ def _status_routes(app: Any, srv: Served) -> None:
             "method": model.method,
             "workers": batcher.workers,
             "n_labels": model.n_labels,
+            "calibrated": bool(getattr(model, "decides", False)),
             "format_version": srv.manifest.get("format_version"),
             "batching": dict(batcher.stats),
             "queue_texts": batcher.queued_texts,

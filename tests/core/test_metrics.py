@@ -13,6 +13,7 @@ from xtransformer.matcher import metrics as XM
 from xtransformer.matcher.metrics import XMCMetrics
 from xtransformer.metrics import (
     MetricsError,
+    decision_f1,
     evaluate,
     format_metrics_table,
     ndcg_at_k,
@@ -20,6 +21,7 @@ from xtransformer.metrics import (
     propensity,
     psp_at_k,
     recall_at_k,
+    rprecision_at_k,
     topk_from_scores,
 )
 
@@ -194,6 +196,11 @@ def test_evaluate_hand_made_example():
         "P@5": 20.0,
         "R@1": 50.0,
         "R@3": 200 / 3,
+        # RP@k divides by min(k, |T|): doc0 1/1, 1/2, 2/2; doc1 1/1 at every k; doc2 0.
+        "RP@1": 200 / 3,
+        "RP@2": 50.0,
+        "RP@3": 200 / 3,
+        "RP@5": 200 / 3,
         "nDCG@1": 200 / 3,
         "nDCG@2": 100 * (1 / (1 + 1 / math.log2(3)) + 1) / 3,
         "nDCG@3": 100 * (1.5 / (1 + 1 / math.log2(3)) + 1) / 3,
@@ -208,13 +215,13 @@ def test_evaluate_hand_made_example():
     }
     for key, value in expected.items():
         assert m[key] == pytest.approx(value), key
-    assert set(m) == {f"{p}@{k}" for p in ("P", "R", "nDCG", "PSP", "PSP_raw") for k in range(1, 6)} | {
+    assert set(m) == {f"{p}@{k}" for p in ("P", "R", "RP", "nDCG", "PSP", "PSP_raw") for k in range(1, 6)} | {
         "n_docs",
         "n_docs_no_label",
     }
     # The same ranking given as an (idx, vals) pair gives the same numbers; ks selects keys.
     pair = evaluate(Y, topk_from_scores(S, 3), ks=(1, 3))
-    assert set(pair) == {"P@1", "P@3", "R@1", "R@3", "nDCG@1", "nDCG@3", "n_docs", "n_docs_no_label"}
+    assert set(pair) == {"P@1", "P@3", "R@1", "R@3", "RP@1", "RP@3", "nDCG@1", "nDCG@3", "n_docs", "n_docs_no_label"}
     assert pair["P@3"] == pytest.approx(m["P@3"]) and pair["nDCG@3"] == pytest.approx(m["nDCG@3"])
 
 
@@ -343,3 +350,38 @@ def test_group_metrics_rank_each_group_alone():
     # zero-shot: doc 0 has 5 (scored), doc 2 has 4 and 5, ranked 4 then 5
     assert g["zero"]["n_docs"] == 2 and g["zero"]["RP@2"] == 100.0 and g["zero"]["n_labels"] == 2
     assert group_metrics(Y, sp.csr_matrix(Y.shape), counts)["zero"]["RP@5"] == 0.0  # nothing scored: 0
+
+
+def test_rprecision_divides_by_the_smaller_of_k_and_the_true_labels():
+    # doc0: 7 true labels (more than k), ranked 0..4 with hits at 0, 1, 3; doc1: 1 true label, found
+    # at rank 2; doc2: no true label (0, and it stays in the mean).
+    Y = _one_hot_labels([[0, 1, 3, 10, 11, 12, 13], [6], []], 14)
+    idx = np.array([[0, 1, 2, 3, 4], [4, 5, 6, -1, -1], [7, 8, 9, -1, -1]])
+    rp = rprecision_at_k(Y, idx)
+    expected = [
+        (1 / 1 + 0) / 3,  # k=1: doc0 1/1, doc1 0/1
+        (2 / 2 + 0) / 3,
+        (2 / 3 + 1 / 1) / 3,  # doc1's one label found by k=3: min(3, 1) = 1
+        (3 / 4 + 1) / 3,
+        (3 / 5 + 1) / 3,  # doc0 has 7 labels: min(5, 7) = 5, as P@5
+    ]
+    np.testing.assert_allclose(rp, expected)
+    np.testing.assert_allclose(evaluate(Y, (idx, -np.arange(5.0)[None].repeat(3, 0)))["RP@5"], 100 * expected[4])
+    assert rp[4] > precision_at_k(Y, idx)[4]  # doc1 is not punished for having one label
+
+
+def test_decision_f1_by_hand():
+    """doc0 true {0, 1}, decided {0, 2}; doc1 true {1}, decided nothing; doc2 true {2}, decided
+    {2}; doc3 neither true nor decided labels. TP 2 (0 in doc0, 2 in doc2), FP 1, FN 2."""
+    Y = _one_hot_labels([[0, 1], [1], [2], []], 4)
+    D = _one_hot_labels([[0, 2], [], [2], []], 4)
+    f1 = decision_f1(Y, D)
+    assert f1["micro-F1"] == pytest.approx(100 * 2 * 2 / (2 * 2 + 1 + 2))
+    # per label: 0: tp1 -> 1; 1: fn2 -> 0; 2: tp1 fp1 -> 2/3; 3: never true nor decided -> 0
+    assert f1["macro-F1"] == pytest.approx(100 * (1 + 0 + 2 / 3 + 0) / 4)
+    # per document: 2*1/(2+2), 0 (labels, none decided), 1, 1 (nothing to find, nothing claimed)
+    assert f1["example-F1"] == pytest.approx(100 * (0.5 + 0 + 1 + 1) / 4)
+    # the truth itself: perfect, but label 3 (never true, never decided) counts 0 in macro-F1
+    assert decision_f1(Y, Y) == {"micro-F1": 100.0, "macro-F1": 75.0, "example-F1": 100.0}
+    with pytest.raises(MetricsError, match="decided has shape"):
+        decision_f1(Y, D[:2])

@@ -51,7 +51,7 @@ def test_train_help_lists_groups_and_every_top_level_setting():
     res = _run(str(Path(__file__).resolve().parents[2] / "train.py"), "seed=7", "--help")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    for group in ("data", "indexing", "matcher", "method", "ranker", "trainer", "logger"):
+    for group in ("data", "indexing", "matcher", "method", "ranker", "trainer", "logger", "calibration"):
         assert any(line.startswith(f"{group}: ") for line in lines), group
     assert "matcher: " in res.stdout and "tiny_bert" in res.stdout
     for key in settings:

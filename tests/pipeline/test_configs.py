@@ -18,7 +18,19 @@ from xtransformer.pipeline.settings import run_settings
 from xtransformer.settings import Settings
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-GROUPS = ("data", "tfidf", "indexing", "matcher", "ranker", "xrlinear", "xrtransformer", "cnn", "method", "trainer")
+GROUPS = (
+    "data",
+    "tfidf",
+    "indexing",
+    "matcher",
+    "ranker",
+    "xrlinear",
+    "xrtransformer",
+    "cnn",
+    "method",
+    "trainer",
+    "calibration",
+)
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONFIGS / g).glob("*.yaml")) if not p.stem.startswith("_")]
 
 

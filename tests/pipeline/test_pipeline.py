@@ -110,6 +110,7 @@ def test_pipeline_end_to_end_and_stage_cache(tmp_path):
     assert saved["results"]["xtransformer+xrlinear"]["P@1"] == pytest.approx(evaluate(truth, combined)["P@1"])
     assert (load_csr(run_dir / "predictions" / "test.npz") != preds["xtransformer"]).nnz == 0
     assert any((run_dir / "plots").glob("*.png"))
+    assert "ECE" not in saved["results"]["xtransformer+xrlinear"] and "calibration" not in saved  # off by default
 
     # the same command again: every stage is reused, nothing retrained, same numbers
     again = run(compose_run(TINY, tmp_path))
@@ -120,6 +121,36 @@ def test_pipeline_end_to_end_and_stage_cache(tmp_path):
     # a ranker-only change retrains only the ranker
     changed = run(compose_run([*TINY, "ranker.Cp=2.0"], tmp_path))
     assert changed["stages"]["ran"] == ["ranker"]
+
+
+def test_calibrated_run_holds_documents_out_and_calibrates_every_model(tmp_path):
+    """calibration=platt: the held-out documents train no model (the stage keys are those of the
+    training split without them), every model and the combination are calibrated on them, and
+    metrics.json, the plots and the folders say so."""
+    from xtransformer.data import load_dataset
+    from xtransformer.data.inputs import LabeledData
+    from xtransformer.methods.xrlinear import XRLinear
+    from xtransformer.model import XMCModel
+    from xtransformer.pipeline.run import run
+    from xtransformer.pipeline.settings import run_settings
+
+    cfg = compose_run([*TINY, "calibration=platt", "calibration.holdout=100", "calibration.min_positives=3"], tmp_path)
+    metrics = run(cfg)
+    s = run_settings(cfg)
+    train, held = s.calibration.hold_out(LabeledData.from_split(load_dataset(s.data), "train"))
+    assert len(held) == 100 and metrics["calibration"]["holdout"] == 100
+    keys = XRLinear.stage_keys(s.methods["xrlinear"], train.key, train.n_labels, s.trainer)
+    assert metrics["stages"]["keys"]["xrlinear"] == keys  # trained on the training split without them
+    methods = ["xrlinear", "xtransformer", "xtransformer+xrlinear"]
+    assert sorted(metrics["calibration"]["models"]) == sorted(methods)
+    for method in methods:
+        res, record = metrics["results"][method], metrics["calibration"]["models"][method]
+        assert {"ECE", "ECE@1", "micro-F1", "macro-F1", "example-F1", "micro-F1 per-label", "RP@5"} <= set(res)
+        assert record["fitted_on"]["documents"] == 100 and record["fitted_on"]["key"] == held.key
+        model = XMCModel.load(tmp_path / "run" / "model", method)
+        assert model.decides and model.predict_settings["threshold"] == res["threshold"]
+        assert model.predict(["crude oil prices"], decision="per_label")[0]["probabilities"]
+    assert (tmp_path / "run" / "plots" / "reliability.png").is_file()
 
 
 @pytest.mark.slow

@@ -385,6 +385,32 @@ SETTINGS = [
         message=names("xrlinear.model.beam_size", "0"),
     ),
     setting("tfidf.max_features=0", "tfidf.max_features=0", message=names("tfidf.max_features", "0")),
+    # decisions: a threshold outside [0, 1], min_labels above max_labels, per-label thresholds with
+    # no held-out documents to tune them on, more held-out documents than the training split has
+    setting(
+        "calibration.threshold=1.5",
+        "calibration=platt",
+        "calibration.threshold=1.5",
+        message=names("calibration.threshold", "1.5"),
+    ),
+    setting(
+        "calibration min_labels above max_labels",
+        "calibration=platt",
+        "calibration.min_labels=3",
+        "calibration.max_labels=2",
+        message=names("calibration.min_labels", "3") + r".*max_labels=2",
+    ),
+    setting(
+        "per-label thresholds without held-out documents",
+        "calibration.decision=per_label",
+        message=names("calibration.decision", "per_label") + r".*held-out documents",
+    ),
+    setting(
+        "calibration.holdout above the training split",
+        "calibration=platt",
+        f"calibration.holdout={N_TRAIN}",
+        message=names("calibration.holdout", str(N_TRAIN)) + r".*the training split has",
+    ),
     setting("missing encoder folder", "matcher.model_name_or_path=/no/such/model", message=r"^error: .*/no/such/model"),
     setting(
         "W&B last after a late error",

@@ -5,6 +5,8 @@ Every method is a subclass with the same four verbs, as PECOS's model classes an
 
     model = XRLinear.fit(texts, labels)             # typed settings, a stage cache when given one
     model.predict(["oil prices rose ..."], k=5)     # [{"labels": [...], "names": [...], "scores": [...]}]
+    model.calibrate(held_out_texts, held_out_labels)  # probabilities and label-set decisions
+    model.predict(["oil prices rose ..."], decision="per_label")  # the decided labels, with probabilities
     model.save("models/reuters-xrlinear")           # a portable, checksummed folder, no pickles
     model = XMCModel.load("models/reuters-xrlinear")  # the class the folder's manifest names
 
@@ -12,7 +14,9 @@ A subclass supplies ``_fit`` (settings + data -> a model), ``_predict_texts`` (a
 that read TF-IDF rows only, ``_predict_features``), ``_save_components`` and ``_load``; the rest
 — input checks, per-call prediction settings, blank texts, top-k label lists, evaluation, the
 folder's records and manifest — lives here once. Prediction settings (beam, top-k, ...) are the
-folder's ``predict_settings.json``, overridable per call; the components are not.
+folder's ``predict_settings.json``, overridable per call; the components are not. A calibrated
+model (``calibrate``, or a run with ``calibration=platt``) holds a ``calibration/`` component and
+the decision settings (``decision``, ``threshold``, ``min_labels``, ``max_labels``) among them.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
+from xtransformer.calibration import DECISION_KEYS, Calibration, CalibrationConfig, DecisionSettings
+from xtransformer.calibration.calibrator import row_ranks
 from xtransformer.data.inputs import LabeledData
 from xtransformer.methods.zeroshot import ZERO_SHOT_DIR, ZeroShot
 from xtransformer.model.folder import (
@@ -45,6 +51,7 @@ from xtransformer.utils.io import atomic_dir, save_json
 log = logging.getLogger(__name__)
 
 INDEX = "models.json"  # in a run's model/ folder: the methods it holds and the main one
+CALIBRATION_DIR = "calibration"
 
 
 @dataclass
@@ -89,6 +96,9 @@ class XMCModel:
         self.manifest: dict[str, Any] = {}
         self.report: dict[str, Any] = {}  # what fit did: stage keys, index facts, levels, timings
         self.zero_shot: Any = None  # a ZeroShot (methods/zeroshot.py): labels without documents scored from text
+        self.calibration: Calibration | None = None  # scores -> probabilities, per-label thresholds
+        # fingerprints of the texts it was trained on (a model fitted in this process): calibrate() refuses them
+        self.training_documents: np.ndarray | None = None
 
     # ------------------------------------------------------------------ training
     @classmethod
@@ -121,7 +131,10 @@ class XMCModel:
             keys = cls.plan(data, record, ctx)
             if not ctx.is_rank_zero and not cls.collective:
                 return None  # nothing to share: the helper ranks only join collective fine-tuning
-            return cls._fit(data, record, ctx, val, keys)
+            model = cls._fit(data, record, ctx, val, keys)
+            if model is not None and data.texts is not None:
+                model.training_documents = text_fingerprints(data.texts)
+            return model
         finally:
             if context is None:
                 ctx.close()
@@ -258,14 +271,31 @@ class XMCModel:
         return not self.needs_text
 
     def settings(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        """This call's prediction settings: the model's, with ``overrides`` (None: keep) over them."""
+        """This call's prediction settings: the model's, with ``overrides`` (None: keep) over them.
+        ``threshold`` alone asks for decisions by that threshold; decision values are checked here."""
+        asked = [k for k in DECISION_KEYS if overrides.get(k) is not None]
+        if asked and self.calibration is None:
+            raise ModelError(
+                f"{asked[0]}: a {self.method} model without a calibrator ranks labels only; fit one on held-out "
+                "documents with model.calibrate(texts, labels), or train with calibration=platt"
+            )
         unknown = sorted(set(overrides) - set(self.predict_settings))
         if unknown:
             raise ModelError(
                 f"unknown prediction setting(s) {unknown} for a {self.method} model; "
                 f"it takes {sorted(self.predict_settings)}"
             )
-        return {**self.predict_settings, **{k: v for k, v in overrides.items() if v is not None}}
+        out = {**self.predict_settings, **{k: v for k, v in overrides.items() if v is not None}}
+        if self.calibration is not None:
+            if "threshold" in asked and "decision" not in asked and out["decision"] == "topk":
+                out["decision"] = "threshold"
+            DecisionSettings.from_mapping({k: out[k] for k in DECISION_KEYS}, where="")  # one line naming the key
+        return out
+
+    @property
+    def decides(self) -> bool:
+        """Whether the model holds a calibrator (probabilities, decisions)."""
+        return self.calibration is not None
 
     def predict_csr(self, texts: Sequence[str], **overrides: Any) -> sp.csr_matrix:
         """csr ``N x L`` of the top-``topk`` label scores of every text. Empty or blank texts get an
@@ -284,32 +314,132 @@ class XMCModel:
         return pred
 
     def predict(self, texts: Sequence[str], k: int = 5, **overrides: Any) -> list[dict[str, Any]]:
-        """For each text, its ``k`` best labels: ``{"labels": ids, "names": names, "scores": floats}``."""
-        return self.top_labels(self.predict_csr(texts, **self.overrides_for_k(k, overrides)), k)
+        """For each text, its ``k`` best labels: ``{"labels": ids, "names": names, "scores": floats}``
+        (and ``"probabilities"`` when calibrated); with ``decision="threshold"`` / ``"per_label"`` (or
+        ``threshold=p``) the decided labels instead, however many there are (``k`` is not used)."""
+        settings = self.settings(overrides)
+        return self.label_rows(self.predict_csr(texts, **self.overrides_for_k(k, overrides)), k, settings)
 
     def predict_features(self, X: sp.spmatrix, k: int = 5, **overrides: Any) -> list[dict[str, Any]]:
-        return self.top_labels(self.predict_features_csr(X, **self.overrides_for_k(k, overrides)), k)
+        settings = self.settings(overrides)
+        return self.label_rows(self.predict_features_csr(X, **self.overrides_for_k(k, overrides)), k, settings)
 
     def evaluate(
         self, inputs: Any, labels: Any = None, inv_propensity: np.ndarray | None = None, **overrides: Any
     ) -> Evaluation:
-        """Predict ``inputs`` (texts, or feature rows) and score against ``labels``: P@k, R@k,
-        nDCG@k (PSP@k with ``inv_propensity``), plus the method's own diagnostics."""
-        from xtransformer.metrics import evaluate
-
+        """Predict ``inputs`` (texts, or feature rows) and score against ``labels``: P@k, R@k, RP@k,
+        nDCG@k (PSP@k with ``inv_propensity``), a calibrated model's ECE and decided-set F1 scores,
+        plus the method's own diagnostics."""
         data = LabeledData.build(inputs, labels, self.label_ids, self.label_names)
         settings, report = self.settings(overrides), {}
         if data.texts is not None:
             pred = self._predict_texts_kept(data.texts, settings, report)
         else:
             pred = self.predict_features_csr(data.features, **overrides)
-        return Evaluation(pred, evaluate(data.Y, pred, inv_propensity=inv_propensity), self._diagnose(data, report))
+        metrics = self.score(data.Y, pred, inv_propensity, settings)
+        return Evaluation(pred, metrics, self._diagnose(data, report))
+
+    def score(
+        self,
+        Y: sp.spmatrix,
+        pred: sp.csr_matrix,
+        inv_propensity: np.ndarray | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> dict[str, float]:
+        """The metrics of this model's predictions ``pred`` against ``Y``: ranking metrics and, when
+        calibrated, ECE and the F1 scores of both decision rules (the folder's threshold and limits)."""
+        from xtransformer.metrics import evaluate
+
+        out = evaluate(Y, pred, inv_propensity=inv_propensity)
+        if self.calibration is not None:
+            out |= self.calibration.report(pred, Y, settings or self.predict_settings)
+        return out
+
+    # ------------------------------------------------------------------ calibration
+    def calibrate(
+        self, inputs: Any, labels: Any = None, settings: CalibrationConfig | None = None, **fields: Any
+    ) -> XMCModel:
+        """Fit this model's calibrator on held-out documents (texts or feature rows, and their
+        labels): never documents it was trained on, nor the ones it will be evaluated on. ``fields``
+        over ``settings`` (default: Platt on score and rank): ``method``, ``features``,
+        ``min_positives``, ``threshold`` (None: tuned for micro-F1), ``min_labels``, ``max_labels``,
+        ``decision``. Returns the model, now predicting probabilities and deciding label sets."""
+        data = LabeledData.build(inputs, labels, self.label_ids, self.label_names)
+        self._refuse_training_documents(data)
+        base = (settings or CalibrationConfig(method="platt", holdout=1)).to_dict()
+        config = CalibrationConfig.from_mapping({**base, **fields, "holdout": len(data)})
+        plain = {k: v for k, v in self.predict_settings.items() if k not in DECISION_KEYS}
+        if data.texts is not None:
+            pred = self._predict_texts_kept(data.texts, plain, None)
+        else:
+            pred = self._predict_features(data.features, plain)
+        return self.calibrate_scores(pred, data.Y, config, {"source": "documents given to calibrate()"})
+
+    def calibrate_scores(
+        self, pred: sp.csr_matrix, Y: sp.spmatrix, config: CalibrationConfig, source: Mapping[str, Any]
+    ) -> XMCModel:
+        """Fit the calibrator on held-out documents' scores ``pred`` (this model's predictions of
+        them) and labels ``Y``; ``source``: where the documents came from, kept in its record."""
+        self.calibration, decision = Calibration.fit(pred, sp.csr_matrix(Y), config, source)
+        self.predict_settings |= decision
+        return self
+
+    def _refuse_training_documents(self, data: LabeledData) -> None:
+        if self.training_documents is None or data.texts is None:
+            return  # a loaded folder keeps no training texts: the caller vouches for the documents
+        seen = int(np.isin(text_fingerprints(data.texts), self.training_documents).sum())
+        if seen:
+            raise ModelError(
+                f"calibrate: {seen} of the {len(data)} documents are documents this {self.method} model was "
+                "trained on; its scores on them are optimistic. Calibrate on held-out documents"
+            )
 
     def overrides_for_k(self, k: int, overrides: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
             raise ModelError(f"k must be an int >= 1, got {k!r}")
         topk = overrides.get("topk") or self.predict_settings["topk"]
         return {**overrides, "topk": max(int(k), int(topk))}
+
+    def label_rows(self, pred: sp.csr_matrix, k: int, settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The rows ``predict`` returns for the score matrix ``pred``: the ``k`` best labels, or with a
+        calibrator and a ``decision`` rule in ``settings`` the decided ones (among the model's ``topk``)."""
+        if self.calibration is None:
+            return self.top_labels(pred, k)
+        pred = sp.csr_matrix(pred)
+        pred.sum_duplicates()
+        rank = row_ranks(pred)
+        prob = self.calibration.probabilities(pred)
+        if settings["decision"] == "topk":
+            keep = rank < k
+        else:
+            keep = (rank < int(settings["topk"])) & self.calibration_mask(prob, settings)
+        return self._rows(pred, prob.data, keep)
+
+    def calibration_mask(self, prob: sp.csr_matrix, settings: Mapping[str, Any]) -> np.ndarray:
+        from xtransformer.calibration.decide import decided_mask
+
+        return decided_mask(prob, settings, self.calibration.label_thresholds)
+
+    def _rows(self, pred: sp.csr_matrix, prob: np.ndarray, keep: np.ndarray) -> list[dict[str, Any]]:
+        """The ``keep`` entries of every row of ``pred``, best score first, with their probabilities."""
+        rows = np.repeat(np.arange(pred.shape[0]), np.diff(pred.indptr))
+        order = np.lexsort((pred.indices, -pred.data, rows))
+        order = order[keep[order]]
+        bounds = np.searchsorted(rows[order], np.arange(pred.shape[0] + 1))
+        ids, names = self.label_ids, self.label_names
+        out = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            at = order[a:b]
+            items = pred.indices[at].tolist()
+            out.append(
+                {
+                    "labels": [ids[i] for i in items],
+                    "names": [names[i] for i in items],
+                    "scores": [float(v) for v in pred.data[at]],
+                    "probabilities": [float(v) for v in prob[at]],
+                }
+            )
+        return out
 
     def top_labels(self, pred: sp.csr_matrix, k: int) -> list[dict[str, Any]]:
         """Rows of a score matrix as sorted (best first; ties by label index) label lists."""
@@ -372,6 +502,9 @@ class XMCModel:
             if self.zero_shot is not None:
                 self.zero_shot.save(tmp / ZERO_SHOT_DIR)
                 components["zero_shot"] = ZERO_SHOT_DIR
+            if self.calibration is not None:
+                self.calibration.save(tmp / CALIBRATION_DIR)
+                components["calibration"] = CALIBRATION_DIR
             save_json(scrub(self.train_settings), tmp / TRAIN_SETTINGS)
             save_json(self.predict_settings, tmp / PREDICT_SETTINGS)
             save_json({"ids": self.label_ids, "names": self.label_names}, tmp / LABELS)
@@ -406,6 +539,8 @@ class XMCModel:
         model = target._load(folder, manifest["components"], records, verify)
         if "zero_shot" in manifest["components"]:
             model.zero_shot = ZeroShot.load(folder / manifest["components"]["zero_shot"])
+        if "calibration" in manifest["components"]:
+            model.calibration = Calibration.load(folder / manifest["components"]["calibration"])
         model.folder, model.manifest = folder, manifest
         return model
 
@@ -433,6 +568,14 @@ def resolve_folder(path: Path, method: str | None) -> Path:
     return path
 
 
+def text_fingerprints(texts: Sequence[str]) -> np.ndarray:
+    """A sorted 64-bit fingerprint of every text (what ``calibrate`` compares with the training texts)."""
+    import hashlib
+
+    digests = b"".join(hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest() for t in texts)
+    return np.sort(np.frombuffer(digests, dtype=np.uint64))
+
+
 def empty_rows_csr(pred: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
     """``pred`` (rows of the ``keep`` documents) spread to ``len(keep)`` rows, the others empty."""
     rows = np.flatnonzero(keep)
@@ -451,7 +594,9 @@ def with_settings(model: Any, settings: Mapping[str, Any]) -> Any:
     base = model.config
     names = {f.name for f in dataclasses.fields(base)}
     out = copy.copy(model)
-    out.config = dataclasses.replace(base, **{k: v for k, v in settings.items() if k in names})
+    # a decision's `threshold` is a probability, not the ranker's weight-pruning `threshold`
+    chosen = {k: v for k, v in settings.items() if k in names and k not in DECISION_KEYS}
+    out.config = dataclasses.replace(base, **chosen)
     return out
 
 

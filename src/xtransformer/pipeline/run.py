@@ -6,6 +6,9 @@ main one) goes through its class's ``fit`` with one :class:`~xtransformer.contex
 ``predict`` a saved folder uses, and is saved as a portable model folder. The run folder holds
 ``metrics.json``, ``predictions/{split}.npz`` (and per method), ``truth/{split}.npz``,
 ``label_vocab.txt``, plots and ``model/`` (``models.json`` names the methods and the main one).
+With ``calibration=platt`` (or ``isotonic``) the run first holds ``calibration.holdout`` training
+documents out of every model, and each trained model (and the combination) is calibrated on its
+scores of them before it is scored and saved.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import logging
 import resource
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +29,15 @@ from xtransformer.data.inputs import LabeledData
 from xtransformer.methods import method_class
 from xtransformer.methods.base import INDEX, XMCModel
 from xtransformer.methods.combination import Combination
-from xtransformer.metrics import evaluate, format_metrics_table, group_metrics, propensity
+from xtransformer.metrics import format_metrics_table, group_metrics, propensity
 from xtransformer.pipeline.loggers import build_loggers, log_final
 from xtransformer.pipeline.settings import RunSettings, run_settings
 from xtransformer.utils.io import save_csr, save_json
 
 log = logging.getLogger(__name__)
 
-REPORT_KEYS = ("P@1", "P@3", "P@5", "R@1", "R@3", "R@5", "nDCG@5", "PSP@5")
+REPORT_KEYS = ("P@1", "P@3", "P@5", "R@1", "R@3", "R@5", "RP@5", "nDCG@5", "PSP@5")
+DECISION_REPORT_KEYS = ("ECE", "micro-F1", "micro-F1 per-label")
 __all__ = ["run", "write_run_outputs"]
 
 
@@ -62,58 +67,116 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         cache.close()
 
 
+@dataclass
+class RunData:
+    """What a run's methods read: the dataset, its training documents (without the held-out ones),
+    the eval split, the validation documents, the calibration documents and the label propensities."""
+
+    ds: Any
+    train: LabeledData
+    evalset: LabeledData
+    validation: LabeledData | None
+    held: LabeledData | None  # held out of every model, to fit the calibrators on (calibration.holdout)
+    inv_prop: Any
+
+    @classmethod
+    def load(cls, s: RunSettings, ctx: TrainContext) -> RunData:
+        ds = load_dataset(s.data, cache_dir=ctx.cache.base)
+        log.info("dataset %s: %s", ds.name, {name: len(v) for name, v in ds.splits.items()})
+        train, held = s.calibration.hold_out(LabeledData.from_split(ds, "train"))
+        if held is not None:
+            log.info("%d training documents held out to calibrate every model (seed %d)", len(held), s.calibration.seed)
+        validation = LabeledData.from_split(ds, "dev") if "dev" in ds.splits else None
+        evalset = LabeledData.from_split(ds, ds.eval_split)
+        return cls(ds, train, evalset, validation, held, propensity(train.Y))
+
+
+@dataclass
+class Outcome:
+    """Per method: its metrics, eval predictions, fit report, held-out scores and calibration."""
+
+    results: dict[str, Any] = field(default_factory=dict)
+    predictions: dict[str, Any] = field(default_factory=dict)
+    reports: dict[str, Any] = field(default_factory=dict)
+    held_out: dict[str, Any] = field(default_factory=dict)
+    calibrations: dict[str, Any] = field(default_factory=dict)
+
+
 def _run(cfg: DictConfig, s: RunSettings, ctx: TrainContext) -> dict[str, Any]:
     clock, out_dir = Clock(), Path(s.output_dir)
-    ds = load_dataset(s.data, cache_dir=ctx.cache.base)
-    log.info("dataset %s: %s", ds.name, {name: len(v) for name, v in ds.splits.items()})
-    train, evalset = LabeledData.from_split(ds, "train"), LabeledData.from_split(ds, ds.eval_split)
-    validation = LabeledData.from_split(ds, "dev") if "dev" in ds.splits else None
-    unseen = warn_unseen_labels(ds)
+    data = RunData.load(s, ctx)
+    unseen = warn_unseen_labels(data.ds)
     for name, record in s.methods.items():  # every method's checks before any training
-        method_class(name).plan(train, record, ctx)
+        method_class(name).plan(data.train, record, ctx)
     clock.lap("load_data")
     ctx.loggers = build_loggers(cfg, s.records()) if ctx.is_rank_zero else []
-    inv_prop = propensity(train.Y)
-    results, predictions, reports, main = {}, {}, {}, None
+    out, main = Outcome(), None
     for name, record in s.methods.items():
-        model = method_class(name).fit(train, settings=record, validation=validation, context=ctx)
+        model = method_class(name).fit(data.train, settings=record, validation=data.validation, context=ctx)
         clock.lap(f"{name}_train")
         if model is None:
             continue  # a DDP helper process: it only shares the fine-tuning
-        start = time.perf_counter()
-        ev = model.evaluate(evalset, inv_propensity=inv_prop)
-        clock.lap(f"{name}_predict")
-        predictions[name], results[name] = ev.predictions, ev.metrics
-        results |= ev.diagnostics
-        reports[name] = model.report | {
-            "predict_docs_per_s": round(len(evalset) / max(time.perf_counter() - start, 1e-9), 2)
-        }
-        save_model(model, out_dir, ds, s)
+        score_method(model, data, s, out, clock)
+        save_model(model, out_dir, data.ds, s)
         main, model = (model if name == s.method else main), None  # let go of a model the run no longer needs
     if not ctx.is_rank_zero:
         return {}
     if s.combined:
-        both = combine_with_xrlinear(main, out_dir / "model", s)
-        predictions[both.method] = both.combine([predictions[s.method], predictions["xrlinear"]])
-        results[both.method] = evaluate(evalset.Y, predictions[both.method], inv_propensity=inv_prop)
-    save_json({"main": s.method, "methods": list(predictions)}, out_dir / "model" / INDEX)
+        both = combine_with_xrlinear(main, out_dir / "model", s, data.held, out.held_out)
+        pred = both.combine([out.predictions[s.method], out.predictions["xrlinear"]])
+        out.predictions[both.method] = pred
+        out.results[both.method] = both.score(data.evalset.Y, pred, data.inv_prop)
+        if both.calibration is not None:
+            out.calibrations[both.method] = both.calibration
+    save_json({"main": s.method, "methods": list(out.predictions)}, out_dir / "model" / INDEX)
     clock.lap("combine_and_save")
-    metrics = run_metrics(cfg, s, ds, results, reports, clock, ctx, unseen)
-    metrics["label_groups"] = {
-        name: group_metrics(evalset.Y, p, train.Y.getnnz(axis=0)) for name, p in predictions.items()
-    }
+    metrics = run_metrics(cfg, s, data.ds, out, clock, ctx, unseen)
+    metrics["label_groups"] = label_groups_section(data, out)
     log.info("%s by label group: %s", s.method, group_line(metrics["label_groups"][s.method]))
-    write_run_outputs(out_dir, ds, predictions, s.method, ds.eval_split, metrics)
-    for name, res in results.items():
+    write_run_outputs(out_dir, data.ds, out.predictions, s.method, data.ds.eval_split, metrics)
+    plot_calibration(out, data, s, out_dir / "plots")
+    for name, res in out.results.items():
         if isinstance(res, dict) and "P@1" in res:
-            log.info("%s on %s: %s", name, ds.eval_split, format_metrics_table(res, REPORT_KEYS))
+            log.info("%s on %s: %s", name, data.ds.eval_split, format_metrics_table(res, report_keys(res)))
     log_final(ctx.loggers, metrics, out_dir)
     return metrics
+
+
+def score_method(model: XMCModel, data: RunData, s: RunSettings, out: Outcome, clock: Clock) -> None:
+    """Calibrate ``model`` on the held-out documents (when the run holds some out), then score the
+    eval split through its own ``evaluate``: metrics, predictions, its fit report."""
+    name = model.method
+    if data.held is not None:
+        out.held_out[name] = predict_documents(model, data.held)
+        model.calibrate_scores(out.held_out[name], data.held.Y, s.calibration, s.calibration.source(data.held))
+        out.calibrations[name] = model.calibration
+        clock.lap(f"{name}_calibrate")
+    start = time.perf_counter()
+    ev = model.evaluate(data.evalset, inv_propensity=data.inv_prop)
+    clock.lap(f"{name}_predict")
+    out.predictions[name], out.results[name] = ev.predictions, ev.metrics
+    out.results |= ev.diagnostics
+    seconds = max(time.perf_counter() - start, 1e-9)
+    out.reports[name] = model.report | {"predict_docs_per_s": round(len(data.evalset) / seconds, 2)}
+
+
+def predict_documents(model: XMCModel, docs: LabeledData) -> Any:
+    """``model``'s scores of ``docs`` (texts, or feature rows for a model trained on them)."""
+    if docs.texts is not None:
+        return model.predict_csr(docs.texts)
+    return model.predict_features_csr(docs.features)
+
+
+def report_keys(res: dict[str, Any]) -> tuple[str, ...]:
+    """The log's columns: the ranking metrics, and a calibrated model's ECE and micro-F1."""
+    return REPORT_KEYS + tuple(k for k in DECISION_REPORT_KEYS if k in res)
 
 
 def save_model(model: XMCModel, out_dir: Path, ds: Any, s: RunSettings) -> None:
     """The run's model folder of ``model`` (with the data it was trained on), and its tree's plots."""
     model.train_settings |= {"dataset": ds.name, "data": s.data.training_settings(), "seed": s.seed}
+    if s.calibration.enabled:
+        model.train_settings["calibration"] = s.calibration.training_settings()
     model.save(out_dir / "model" / model.method)
     chain = getattr(model, "chain", None)
     if chain is not None and model.method != "xrlinear":
@@ -122,26 +185,47 @@ def save_model(model: XMCModel, out_dir: Path, ds: Any, s: RunSettings) -> None:
         save_quality_plots(out_dir / "plots", ds.splits["train"].Y, chain, title=ds.name)
 
 
-def combine_with_xrlinear(main: XMCModel, model_dir: Path, s: RunSettings) -> Combination:
+def combine_with_xrlinear(
+    main: XMCModel, model_dir: Path, s: RunSettings, held: LabeledData | None = None, held_out: Any = None
+) -> Combination:
     """``<main>+xrlinear``: the main model with XR-Linear read back from its folder (the run let
-    go of it while the main method trained), saved beside them."""
+    go of it while the main method trained), calibrated on the two members' held-out scores
+    combined (when the run holds documents out), saved beside them."""
     xrlinear = XMCModel.load(model_dir / "xrlinear", verify=False)
     both = Combination([main, xrlinear], method=s.combine_with_xrlinear, weights=s.combine_weights())
+    if held is not None:
+        scores = both.combine([held_out[s.method], held_out["xrlinear"]])
+        both.calibrate_scores(scores, held.Y, s.calibration, s.calibration.source(held))
     both.save(model_dir / both.method)
     return both
+
+
+def plot_calibration(out: Outcome, data: RunData, s: RunSettings, plots: Path) -> None:
+    """``plots/reliability.png``: every calibrated model's reliability diagram on the eval split."""
+    if not out.calibrations:
+        return
+    from xtransformer.calibration import plot_reliability, reliability
+
+    tables = {
+        name: reliability(cal.probabilities(out.predictions[name]), data.evalset.Y, s.calibration.bins)
+        for name, cal in out.calibrations.items()
+    }
+    title = f"{data.ds.name} {data.ds.eval_split}: {s.calibration.method} on {len(data.held)} held-out documents"
+    plot_reliability(tables, plots / "reliability.png", title)
 
 
 def run_metrics(
     cfg: DictConfig,
     s: RunSettings,
     ds: Any,
-    results: dict[str, Any],
-    reports: dict[str, Any],
+    out: Outcome,
     clock: Clock,
     ctx: TrainContext,
     unseen: dict[str, Any],
 ) -> dict[str, Any]:
-    """``metrics.json``: the results, what each fit did, timings, memory, settings and stages."""
+    """``metrics.json``: the results, what each fit did, timings, memory, settings and stages (and,
+    with calibration, how each model's calibrator was fitted)."""
+    results, reports = out.results, out.reports
     main = reports[s.method]
     index = main.get("index", {}) | (
         {"xrlinear": reports["xrlinear"]["index"]} if s.method != "xrlinear" and "xrlinear" in reports else {}
@@ -159,6 +243,7 @@ def run_metrics(
             name: {k: v for k, v in r.items() if k not in ("stage_keys", "levels")} for name, r in reports.items()
         },
         "index": index,
+        **({"calibration": calibration_section(s, out)} if out.calibrations else {}),
         "timings_s": timings | {"total": round(time.perf_counter() - clock.start, 3)},
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
         "settings": s.records(),  # what the stage keys and the model folders were made of
@@ -175,6 +260,12 @@ def run_metrics(
     }
 
 
+def label_groups_section(data: RunData, out: Outcome) -> dict[str, Any]:
+    """Each model's metrics over the frequent, few-shot and zero-shot labels of the eval split."""
+    counts = data.train.Y.getnnz(axis=0)
+    return {name: group_metrics(data.evalset.Y, pred, counts) for name, pred in out.predictions.items()}
+
+
 def group_line(groups: dict[str, dict]) -> str:
     """``frequent (n labels): RP@5 .. nDCG@5 .. | few ... | zero ...`` (the groups with documents)."""
     return " | ".join(
@@ -182,6 +273,18 @@ def group_line(groups: dict[str, dict]) -> str:
         for name, g in groups.items()
         if g["n_docs"]
     )
+
+
+def calibration_section(s: RunSettings, out: Outcome) -> dict[str, Any]:
+    """``metrics.json``'s ``calibration``: the held-out documents and each model's calibrator record
+    (its parameters, the tuned threshold, its held-out ECE and F1 scores)."""
+    c = s.calibration
+    return {
+        "method": c.method,
+        "holdout": c.holdout,
+        "seed": c.seed,
+        "models": {name: cal.record for name, cal in out.calibrations.items()},
+    }
 
 
 def write_run_outputs(

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from xtransformer import methods as registry
+from xtransformer.calibration import CalibrationConfig
 from xtransformer.context import TrainerConfig
 from xtransformer.data import DataConfig
 from xtransformer.ensemble import METHODS as ENSEMBLE_METHODS
@@ -42,6 +43,7 @@ class RunSettings:
     trainer: TrainerConfig
     lightning: dict[str, Any]  # the trainer group's other Lightning kwargs
     methods: dict[str, Settings]  # name -> its fit's settings record, in training order (XR-Linear first)
+    calibration: CalibrationConfig = dataclasses.field(default_factory=CalibrationConfig)
     cache_dir: str = ""
     output_dir: str = ""
 
@@ -67,7 +69,7 @@ class RunSettings:
 
     def records(self) -> dict[str, Any]:
         """``{"train": {group: record}, "predict": {group: record}}`` of every group this run reads."""
-        groups: dict[str, Settings] = {"trainer": self.trainer}
+        groups: dict[str, Settings] = {"trainer": self.trainer, "calibration": self.calibration}
         for record in self.methods.values():
             groups |= {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
         return {
@@ -124,6 +126,7 @@ GROUPS = (
     "xrlinear",
     "xrtransformer",
     "cnn",
+    "calibration",
     "trainer",
     "logger",
     "paths",
@@ -183,6 +186,7 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
         trainer=trainer.resolved(),
         lightning=lightning,
         methods={name: method_settings(name, plain) for name in names},
+        calibration=CalibrationConfig.from_mapping(plain.get("calibration") or {}),
         cache_dir=str(paths.get("cache_dir", "")),
         output_dir=str(paths.get("output_dir", "")),
     )

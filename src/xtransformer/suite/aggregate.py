@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from xtransformer.suite.paper_rows import _sort_value, assign_config_ids
-from xtransformer.suite.report import DEFAULT_METRICS, PLOT_METRICS, to_markdown, write_report
+from xtransformer.suite.report import DECISION_METRICS, DEFAULT_METRICS, PLOT_METRICS, to_markdown, write_report
 from xtransformer.suite.runs import (
     DEFAULT_IGNORE,
     AggregateError,
@@ -134,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--metrics",
         type=_name_list,
-        default=list(DEFAULT_METRICS),
-        help=f"comma-separated metrics for the tables (default: {','.join(DEFAULT_METRICS)})",
+        default=None,
+        help=f"comma-separated metrics for the tables (default: {','.join(DEFAULT_METRICS)}, and those of "
+        f"{','.join(DECISION_METRICS)} some run has)",
     )
     parser.add_argument(
         "--ignore",
@@ -155,6 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"skipped incomplete run {path}: {why}", file=sys.stderr)
         _require_runs(scan, args.sweep_dirs)
         plot_metrics = [m for m in PLOT_METRICS if any(m in r["metrics"] for r in scan.rows)]
+        if args.metrics is None:
+            present = [m for m in DECISION_METRICS if any(m in r["metrics"] for r in scan.rows)]
+            args.metrics = [*DEFAULT_METRICS, *present]
         agg = aggregate(scan.rows, metrics=tuple(dict.fromkeys([*args.metrics, *plot_metrics])))
         first = args.sweep_dirs[0]
         out = args.out or (first.parent if first.is_file() else first)

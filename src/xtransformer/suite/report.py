@@ -16,6 +16,9 @@ from xtransformer.suite.runs import STAT_KEYS, AggregateError, config_keys
 from xtransformer.utils.io import atomic_path
 
 DEFAULT_METRICS = ("P@1", "P@3", "P@5", "R@1", "R@3", "R@5")
+# added to the default tables when some run has them: R-Precision, and a calibrated model's
+# decided-set F1 scores (global threshold) and expected calibration error
+DECISION_METRICS = ("RP@5", "micro-F1", "macro-F1", "example-F1", "ECE")
 PLOT_METRICS = ("P@1", "P@3", "P@5")
 REPORT_FILES = {"md": "results.md", "csv": "results.csv", "png": "results_p_at_k.png"}
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.ensemble import METHODS as RULES
@@ -75,6 +76,8 @@ class Combination(XMCModel):
         super().__init__(records)
         self.members = list(members)
         self.needs_text = any(m.needs_text for m in self.members)
+        known = [m.training_documents for m in self.members if m.training_documents is not None]
+        self.training_documents = np.unique(np.concatenate(known)) if known else None
 
     # ------------------------------------------------------------------ training
     @classmethod
@@ -159,6 +162,5 @@ class Combination(XMCModel):
         p = records.predict
         out = cls(members, p["method"], p.get("weights"), p["topk"], name=records.method)
         out.train_settings = records.train
-        if "zero_shot_labels" in p:
-            out.predict_settings["zero_shot_labels"] = p["zero_shot_labels"]
+        out.predict_settings = {**out.predict_settings, **p}  # and a calibrated one's decision settings
         return out
