@@ -36,9 +36,6 @@ class XTransformerSettings(Settings):
         return [self.matcher.training_settings(), *([self.cnn.training_settings()] if self.cnn_matcher else [])]
 
     def training_settings(self) -> dict[str, Any]:
+        """Every group's training settings; ``cnn``'s only when it is the matcher."""
         out = super().training_settings()
         return out if self.cnn_matcher else {k: v for k, v in out.items() if k != "cnn"}
-
-    def prediction_settings(self) -> dict[str, Any]:
-        """The matcher group's prediction fields rule the CNN matcher too (``cnn.topk`` ranks no label here)."""
-        return {k: v for k, v in super().prediction_settings().items() if k != "cnn"}
