@@ -7,7 +7,9 @@ and recompute that method's stage keys from the settings alone:
   (beam, top-k, post-processor, head combination) change no key at all;
 - a prediction setting of the matcher (top-b, embedding dtype, ...) changes no key of the matcher's
   weights, only its outputs and the stages trained on them (matcher-aware negatives, neural features);
-- the linear model a disentangled leaf level is counted from keys the neural tree only at λ > 1.
+- the linear model a disentangled leaf level is counted from keys the neural tree only at λ > 1;
+- a group the method reads only in some configurations (X-Transformer's ``cnn``: a CNN matcher's)
+  keys nothing when unused, and a CNN matcher keys none of the transformer's fine-tuning settings.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ DOWNSTREAM = {
     "indexing": NEURAL_TREE,
     "matcher": {"matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal"},
     "trainer": {"matcher", "matcher_outputs", "ranker", "xrlevel", "xrembed", "xrfinal", "cnn"},
-    "cnn": {"cnn"},
+    "cnn": {"cnn", "matcher", "matcher_outputs", "ranker"},  # as a method, or as X-Transformer's matcher
     "ranker": {"ranker"},
     "xrtransformer": {"xrlevel", "xrembed", "xrfinal"},
     "xrtransformer.final": {"xrfinal"},
@@ -157,6 +159,8 @@ def _in_record(name: str, record: Settings, path: str) -> str:
     with matcher-aware negatives, the level schedule only for XR-Transformer, the linear model of a
     neural record only as the overlap source of a disentangled tree)."""
     parts = path.split(".")
+    if getattr(record, parts[0]).training_settings() and parts[0] not in record.training_settings():
+        return RUN  # a group this configuration of the method does not read (X-Transformer's cnn)
     if name != "xrlinear" and parts[0] == "xrlinear":
         counted = record.indexing.n_copies > 1 and path.startswith(OVERLAP_SOURCE)
         if not counted:
@@ -183,6 +187,8 @@ CASES = [
     ("xtransformer", ("ranker=tfidf_tfn",)),
     ("xrtransformer", ()),
     ("xtransformer", ("indexing.n_copies=2",)),
+    ("xtransformer", ("matcher=xmlcnn",)),
+    ("xtransformer", ("matcher=kimcnn", "ranker=tfidf_tfn")),
     ("xrlinear", ("xrlinear.model.negatives=tfn+man", "xrlinear.indexing.n_copies=2")),
     ("kimcnn", ()),
     ("xmlcnn", ()),
@@ -194,7 +200,7 @@ def _check_change(name: str, path: str, which: str, base: dict, keys: dict, read
     stage = "trainer" if path.startswith("trainer.") else _stage_of(path)
     if which == TRAIN:
         must = DOWNSTREAM[stage] & set(base)
-        if stage in ("matcher", "trainer") and name == "xtransformer" and not reads_matcher:
+        if stage in ("matcher", "trainer", "cnn") and name == "xtransformer" and not reads_matcher:
             must -= {"ranker", "matcher_outputs"} if stage == "trainer" else {"ranker"}
         assert must <= changed, f"{name}: {path} (training setting) left {sorted(must - changed)} unchanged"
     elif which == PREDICT and stage == "matcher":

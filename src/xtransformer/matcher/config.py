@@ -10,6 +10,11 @@ from xtransformer.errors import UserError
 from xtransformer.settings import Settings, predict_field, run_field
 
 EMBEDDING_DTYPES = ("float32", "float16")
+# transformer: the encoder below, fine-tuned; cnn: X-Transformer's matcher is the `cnn` group's text CNN
+ARCHITECTURES = ("transformer", "cnn")
+# what a CNN matcher still reads of this group at training: the choice, and the pretrained encoder
+# a label tree may embed with (indexing=text_emb / pifa_neural); the CNN trains by the `cnn` group's recipe
+_CNN_READS = frozenset({"architecture", "model_name_or_path", "max_length", "truncate_chars"})
 
 # XR-Transformer's per-level schedule: training settings of the level loop, not of the one-level matcher
 _LEVEL_SCHEDULE = frozenset({"level_steps", "level_lr", "level_warmup_ratio"})
@@ -31,6 +36,7 @@ class MatcherConfig(Settings):
     error = MatcherConfigError
 
     name: str = run_field("custom")  # display name of the config option (runs, W&B, tables); not a setting
+    architecture: str = "transformer"  # transformer | cnn (X-Transformer only: the `cnn` group's network)
     model_name_or_path: str = "minilm"
     pooling: str = "auto"  # auto | cls | last | mean; auto: by model family
     max_length: int = 128  # tokens per document while fine-tuning
@@ -78,6 +84,8 @@ class MatcherConfig(Settings):
     def check(self) -> None:
         bad = self.bad
 
+        if self.architecture not in ARCHITECTURES:
+            raise bad("architecture", f"expected one of {list(ARCHITECTURES)}")
         if not str(self.model_name_or_path).strip():
             raise bad("model_name_or_path", "must name a model or a local folder")
         if self.pooling not in ("auto",) + POOLINGS:
@@ -166,10 +174,18 @@ class MatcherConfig(Settings):
         """The fields that determine the fine-tuned weights (the checkpoint / model cache key).
 
         ``levels``: include XR-Transformer's per-level schedule (it does not touch the single-level
-        matcher, so its key leaves it out).
+        matcher, so its key leaves it out). A CNN matcher keeps only what it reads (``_CNN_READS``).
         """
         out = super().training_settings()
+        if self.architecture == "cnn":
+            return {k: v for k, v in out.items() if k in _CNN_READS}
         return out if levels else {k: v for k, v in out.items() if k not in _LEVEL_SCHEDULE}
+
+    def key_settings(self, levels: bool = False) -> dict[str, Any]:
+        """:meth:`training_settings` as stage keys read them: a transformer matcher's without
+        ``architecture``, so its stages keep the keys they had before the choice existed."""
+        out = self.training_settings(levels)
+        return {k: v for k, v in out.items() if k != "architecture"} if self.architecture == "transformer" else out
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> MatcherConfig:

@@ -4,8 +4,9 @@ component (texts -> TF-IDF, embeddings, top-b clusters), its keys and its folder
 X-Transformer and XR-Transformer differ in how they fine-tune and what ranks after the encoder;
 both index labels the same way (``indexing``, optionally from the pretrained encoder's
 embeddings, optionally disentangled with XR-Linear's counts), and both predict by encoding texts
-with a fine-tuned :class:`~xtransformer.matcher.inference.LoadedMatcher` exactly as they encoded
-the training documents, so a saved folder reproduces the run's predictions.
+with a fine-tuned :class:`~xtransformer.matcher.inference.LoadedMatcher` (X-Transformer: or a
+:class:`~xtransformer.methods.cnn.matcher.CNNMatcher`) exactly as they encoded the training
+documents, so a saved folder reproduces the run's predictions.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 TFIDF_DIR, MATCHER_DIR, RANKER_DIR, TREE_DIR = "tfidf", "matcher", "ranker", "label_tree"
 EmbedFn = Callable[[list[str]], np.ndarray]
+Matcher = Any  # a LoadedMatcher or a CNNMatcher: encode / to / save / load alike
 
 
 @dataclass
@@ -50,7 +52,7 @@ class NeuralModel(XMCModel):
     needs_text = True
     collective = True  # fine-tuning is shared by the processes of a DDP run
 
-    def __init__(self, records: ModelRecords, tfidf: TfidfFeatures, matcher: LoadedMatcher, features: dict[str, Any]):
+    def __init__(self, records: ModelRecords, tfidf: TfidfFeatures, matcher: Matcher, features: dict[str, Any]):
         super().__init__(records)
         self.tfidf = tfidf
         self.matcher = matcher
@@ -133,19 +135,27 @@ class NeuralModel(XMCModel):
         }
 
     @staticmethod
-    def _load_neural(folder: Path) -> tuple[TfidfFeatures, LoadedMatcher]:
-        return TfidfFeatures.load(folder / TFIDF_DIR), LoadedMatcher.load(folder / MATCHER_DIR)
+    def _load_neural(folder: Path) -> tuple[TfidfFeatures, Matcher]:
+        return TfidfFeatures.load(folder / TFIDF_DIR), load_matcher(folder / MATCHER_DIR)
 
 
-def embedding_record(features: str, neural_weight: float, mcfg: Any) -> dict[str, Any]:
+def load_matcher(path: Path, device: str = "cpu") -> Matcher:
+    """The matcher a folder holds: a text CNN (``cnn.json``) or a fine-tuned transformer."""
+    from xtransformer.methods.cnn.matcher import CNNMatcher, is_cnn_matcher
+
+    return (CNNMatcher if is_cnn_matcher(path) else LoadedMatcher).load(path, device)
+
+
+def embedding_record(features: str, neural_weight: float, mcfg: Any, embed_length: int | None = None) -> dict[str, Any]:
     """How the embeddings the rankers were trained on were made: part of the model (the rankers'
-    weights fit them), never a prediction setting a call may override."""
+    weights fit them), never a prediction setting a call may override. ``embed_length``: tokens
+    read per document (None: the matcher group's ``embed_length``)."""
     return {
         "kind": features,
         "neural_weight": neural_weight,
         "normalize_embeddings": mcfg.normalize_embeddings,
         "embeddings_dtype": mcfg.save_embeddings_dtype,
-        "max_length": mcfg.embed_length,
+        "max_length": embed_length or mcfg.embed_length,
     }
 
 

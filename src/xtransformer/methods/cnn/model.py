@@ -17,7 +17,7 @@ import torch
 from xtransformer.data.inputs import LabeledData
 from xtransformer.methods.base import ModelRecords, XMCModel
 from xtransformer.methods.cnn.config import CNNConfig, KimCNNSettings, XMLCNNSettings
-from xtransformer.methods.cnn.network import NETWORK_KEYS, TextCNN
+from xtransformer.methods.cnn.network import NETWORK_KEYS, TextCNN, run_batches
 from xtransformer.model.folder import scrub
 from xtransformer.utils.io import atomic_dir, load_json, save_json, settings_key
 
@@ -112,19 +112,15 @@ class XMLCNN(CNNModel):
 
 def score_tokens(network: TextCNN, tokens: Any, settings: dict[str, Any]) -> sp.csr_matrix:
     """csr ``N x L`` of each document's ``topk`` sigmoid scores (length-sorted batches, autocast)."""
-    from xtransformer.encoders import autocast_context, length_sorted_batches
     from xtransformer.matcher.inference import topb_csr
 
     n_labels = network.output.out_features
     n, k = len(tokens), min(int(settings["topk"]), n_labels)
     scores, labels = np.zeros((n, k), dtype=np.float32), np.zeros((n, k), dtype=np.int64)
-    device = next(network.parameters()).device
-    network.eval()
-    for rows in length_sorted_batches(tokens.lengths, int(settings["eval_batch_size"])):
-        batch = {key: v.to(device) for key, v in tokens.batch(rows).items()}
-        with torch.inference_mode(), autocast_context(settings["inference_precision"], device):
-            top = torch.sigmoid(network(batch["input_ids"], batch["attention_mask"]).float()).topk(k, dim=1)
-        scores[rows], labels[rows] = top.values.cpu().numpy(), top.indices.cpu().numpy()
+    batch_size, precision = int(settings["eval_batch_size"]), settings["inference_precision"]
+    for rows, _, logits in run_batches(network, tokens, batch_size, precision):
+        top = torch.sigmoid(logits).topk(k, dim=1)
+        scores[rows], labels[rows] = top.values.numpy(), top.indices.numpy()
     return topb_csr(scores, labels, n_labels)
 
 

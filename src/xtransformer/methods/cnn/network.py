@@ -3,6 +3,10 @@ optional bottleneck, one output over all labels."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -38,7 +42,12 @@ class TextCNN(nn.Module):
         self.output = nn.Linear(cfg.bottleneck or pooled, n_labels)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Logits ``B x L``; padded positions embed as zeros, short texts are padded to the widest filter."""
+        """Logits ``B x L``."""
+        return self.output(self.features(input_ids, attention_mask))
+
+    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The output layer's input ``B x D`` (the bottleneck's, else the pooled maps): a CNN
+        matcher's embeddings. Padded positions embed as zeros, short texts are padded to the widest filter."""
         x = self.embed_dropout(self.embedding(input_ids)) * attention_mask.unsqueeze(-1).to(self.embedding.weight.dtype)
         x = x.transpose(1, 2)  # B x E x T: the convolutions run along the sequence
         need = self.widest + self.chunks - 1  # every chunk of every map gets at least one position
@@ -48,4 +57,25 @@ class TextCNN(nn.Module):
         h = self.dropout(pooled)
         if self.bottleneck is not None:
             h = self.dropout(F.relu(self.bottleneck(h)))
-        return self.output(h)
+        return h
+
+
+def run_batches(
+    network: TextCNN, tokens: Any, batch_size: int, precision: str, progress: bool = False
+) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+    """``(rows, features, logits)`` of tokenised texts, float32 on the CPU: length-sorted batches
+    under ``torch.inference_mode`` and the autocast of ``precision``."""
+    from tqdm.auto import tqdm
+
+    from xtransformer.encoders import autocast_context, length_sorted_batches
+
+    device = next(network.parameters()).device
+    network.eval()
+    with tqdm(total=len(tokens), desc="CNN", unit="doc", disable=not progress, leave=False) as bar:
+        for rows in length_sorted_batches(tokens.lengths, batch_size):
+            batch = {key: v.to(device) for key, v in tokens.batch(rows).items() if v is not None}
+            with torch.inference_mode(), autocast_context(precision, device):
+                h = network.features(batch["input_ids"], batch["attention_mask"])
+                logits = network.output(h)
+            yield rows, h.float().cpu(), logits.float().cpu()
+            bar.update(len(rows))

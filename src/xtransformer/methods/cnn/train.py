@@ -1,6 +1,8 @@
-"""Train a CNN baseline as the stage ``cnn`` of the cache: the tokens and targets of the matcher's
-DataModule (the label-to-cluster matrix is the identity: one output per label), the resumable
-Lightning loop every fine-tuning here shares, the network folder written by rank 0."""
+"""Train a text CNN as a stage of the cache: the tokens and targets of the matcher's DataModule
+(as a method, stage ``cnn``, the label-to-cluster matrix is the identity: one output per label; as
+X-Transformer's matcher, stage ``matcher``, it is the label tree's leaf level: one output per
+cluster), the resumable Lightning loop every fine-tuning here shares, the network folder written
+by rank 0."""
 
 from __future__ import annotations
 
@@ -17,16 +19,27 @@ from xtransformer.utils.io import save_json
 TRAIN_SPLIT, VAL_SPLIT = "train", "dev"
 
 
-def train_cnn(ctx: Any, key: str, data: Any, cfg: CNNConfig, validation: Any = None) -> Path:
-    """The folder of stage (``cnn``, ``key``): ``network/`` and ``facts.json`` (steps, seconds, the
-    last validation scores). ``validation`` is scored while training, never chosen on."""
-    from xtransformer.matcher.train import check_trainer_kwargs
+def train_cnn(
+    ctx: Any,
+    key: str,
+    data: Any,
+    cfg: CNNConfig,
+    validation: Any = None,
+    C: sp.spmatrix | None = None,
+    stage: str = "cnn",
+) -> Path:
+    """The folder of stage (``stage``, ``key``): ``network/`` and ``facts.json`` (steps, seconds,
+    the last validation scores). ``C``: the ``L x K`` label-to-cluster matrix of the outputs (None:
+    one output per label). ``validation`` is scored while training, never chosen on."""
+    from xtransformer.matcher.train import check_inputs, check_trainer_kwargs
 
     texts, Y = {TRAIN_SPLIT: data.require_texts("the CNN")}, {TRAIN_SPLIT: data.Y}
     if validation is not None and validation.texts is not None:
         texts[VAL_SPLIT], Y[VAL_SPLIT] = validation.texts, validation.Y
+    C = sp.identity(data.n_labels, dtype="float32", format="csr") if C is None else C
+    check_inputs(texts, Y, C)
     check_trainer_kwargs(ctx.trainer_kwargs)
-    work = ctx.cache.work_dir("cnn", key)
+    work = ctx.cache.work_dir(stage, key)
 
     def build(tmp: Path) -> None:
         import lightning.pytorch as pl
@@ -39,12 +52,11 @@ def train_cnn(ctx: Any, key: str, data: Any, cfg: CNNConfig, validation: Any = N
 
         corpus = texts[TRAIN_SPLIT] if cfg.encoder.lower().startswith("tiny:") else None
         base = resolve_model(cfg.encoder, cfg.cache_dir, corpus=corpus)
-        identity = sp.identity(data.n_labels, dtype="float32", format="csr")
-        dm = MatcherDataModule(base, texts, Y, identity, cfg, TRAIN_SPLIT, VAL_SPLIT if VAL_SPLIT in texts else None)
+        dm = MatcherDataModule(base, texts, Y, C, cfg, TRAIN_SPLIT, VAL_SPLIT if VAL_SPLIT in texts else None)
         dm.prepare_data()
         dm.setup("fit")
         pl.seed_everything(cfg.seed, workers=True, verbose=False)
-        module = CNNModule(initial_embedding(base, cfg, len(dm.load_tokenizer())), data.n_labels, cfg)
+        module = CNNModule(initial_embedding(base, cfg, len(dm.load_tokenizer())), dm.num_clusters, cfg)
         facts = fit_resumable(ctx, cfg, module, dm, work, cfg.max_steps)
         if facts["trainer"].is_global_zero:
             record = {
@@ -55,7 +67,7 @@ def train_cnn(ctx: Any, key: str, data: Any, cfg: CNNConfig, validation: Any = N
             save_network(tmp / "network", module.network, dm.load_tokenizer(), network_meta(cfg, module.network))
             save_json(record, tmp / "facts.json")
 
-    folder = ctx.cache.run("cnn", key, build, settings=cfg.training_settings(), collective=True)
+    folder = ctx.cache.run(stage, key, build, settings=cfg.training_settings(), collective=True)
     if not cfg.keep_checkpoints and ctx.is_rank_zero:  # the committed folder is the resume point now
         shutil.rmtree(work / "checkpoints", ignore_errors=True)
     return folder

@@ -143,3 +143,10 @@ class XRTransformerSettings(Settings):
     matcher: MatcherConfig = field(default_factory=MatcherConfig)
     xrtransformer: XRTransformerConfig = field(default_factory=XRTransformerConfig)
     xrlinear: XRLinearConfig = field(default_factory=XRLinearConfig)
+
+    def check(self) -> None:
+        if self.matcher.architecture != "transformer":  # the level-by-level loop fine-tunes an encoder's layers
+            raise self.matcher.bad(
+                "architecture",
+                "XR-Transformer fine-tunes a transformer level by level; a CNN matcher runs with method=xtransformer",
+            )

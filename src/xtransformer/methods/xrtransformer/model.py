@@ -70,7 +70,7 @@ class XRTransformer(NeuralModel):
         tfidf = tfidf_key(data_key, s.tfidf)
         indexing = index_key(s, tfidf, trainer.precision)
         key = settings_key(
-            "xrtransformer", indexing, m.training_settings(levels=False), x.fine_tune_settings(), trainer.placement()
+            "xrtransformer", indexing, m.key_settings(levels=False), x.fine_tune_settings(), trainer.placement()
         )
         levels = []
         for t, (n, sched) in enumerate(zip(sizes, m.level_schedule(len(sizes)))):

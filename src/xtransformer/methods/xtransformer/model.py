@@ -10,17 +10,20 @@ import scipy.sparse as sp
 
 from xtransformer.data.inputs import LabeledData
 from xtransformer.data.tfidf import TfidfFeatures, tfidf_key
+from xtransformer.encoders import check_model_available
 from xtransformer.indexing import ClusterChain
-from xtransformer.matcher.inference import LoadedMatcher
 from xtransformer.matcher.train import fine_tune_matcher, topb_recall
 from xtransformer.methods.base import ModelRecords, with_settings
+from xtransformer.methods.cnn.matcher import train_cnn_matcher
 from xtransformer.methods.neural import (
     RANKER_DIR,
     TREE_DIR,
+    Matcher,
     NeuralModel,
     embedding_record,
     encoder_predict_settings,
     index_key,
+    load_matcher,
     outputs_key,
 )
 from xtransformer.methods.xrlinear import index_section
@@ -32,7 +35,8 @@ from xtransformer.utils.rows import unit_rows
 
 
 class XTransformer(NeuralModel):
-    """TF-IDF + a fine-tuned matcher (top-b clusters, embeddings) -> a LinearRanker over the shortlist."""
+    """TF-IDF + a trained matcher (top-b clusters, embeddings; a fine-tuned transformer or a text
+    CNN) -> a LinearRanker over the shortlist."""
 
     kind = "xtransformer"
     settings_class = XTransformerSettings
@@ -41,7 +45,7 @@ class XTransformer(NeuralModel):
         self,
         records: ModelRecords,
         tfidf: TfidfFeatures,
-        matcher: LoadedMatcher,
+        matcher: Matcher,
         features: dict[str, Any],
         chain: ClusterChain,
         ranker: LinearRanker | None = None,
@@ -52,10 +56,16 @@ class XTransformer(NeuralModel):
 
     # ------------------------------------------------------------------ training
     @classmethod
+    def _check(cls, data: LabeledData, s: XTransformerSettings) -> None:
+        super()._check(data, s)
+        if s.cnn_matcher:
+            check_model_available(s.cnn.encoder, s.cnn.cache_dir)
+
+    @classmethod
     def stage_keys(cls, s: XTransformerSettings, data_key: str, n_labels: int, trainer: Any) -> dict[str, str]:
         tfidf = tfidf_key(data_key, s.tfidf)
         indexing = index_key(s, tfidf, trainer.precision)
-        matcher = settings_key("matcher", indexing, s.matcher.training_settings(), trainer.placement())
+        matcher = settings_key("matcher", indexing, *s.matcher_recipe(), trainer.placement())
         outputs = outputs_key("matcher_outputs", matcher, s.matcher, trainer.precision)
         ranker = settings_key(
             "ranker", outputs if reads_matcher(s.ranker) else indexing, tfidf, s.ranker.training_settings()
@@ -68,15 +78,17 @@ class XTransformer(NeuralModel):
     ) -> XTransformer | None:
         t = cls._tree_inputs(ctx, data, s, keys)
         mcfg, tfidf, X, chain = t.mcfg, t.tfidf, t.X, t.chain
-        folder = fine_tune_matcher(ctx, keys["matcher"], data, chain.leaf_assignment, mcfg, validation)
+        if s.cnn_matcher:
+            folder = train_cnn_matcher(ctx, keys["matcher"], data, chain.leaf_assignment, s.cnn, validation)
+        else:
+            folder = fine_tune_matcher(ctx, keys["matcher"], data, chain.leaf_assignment, mcfg, validation)
         if not ctx.is_rank_zero:
             return None  # a DDP helper process: its share of the fine-tuning is done
-        features = embedding_record(s.ranker.features, s.ranker.neural_weight, mcfg)
+        length = mcfg.embed_max_length or (s.cnn.embed_length if s.cnn_matcher else None)
+        features = embedding_record(s.ranker.features, s.ranker.neural_weight, mcfg, length)
         predict = encoder_predict_settings(mcfg, ctx.trainer.precision) | ranker_predict_settings(s.ranker)
         records = ModelRecords.of(data, predict, s.training_settings() | {"trainer": ctx.trainer.placement()})
-        model = cls(records, tfidf, LoadedMatcher.load(folder, ctx.trainer.device), features, chain).to(
-            ctx.trainer.device
-        )
+        model = cls(records, tfidf, load_matcher(folder, ctx.trainer.device), features, chain).to(ctx.trainer.device)
         model.ranker = model._ranker_stage(ctx, keys, data, X, s)
         model.report |= {"stage_keys": keys, "index": index_section(s.indexing.n_copies, chain.leaf_assignment)}
         return model
