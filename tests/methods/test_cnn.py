@@ -169,3 +169,27 @@ def test_a_killed_run_resumes_and_ends_as_an_uninterrupted_one(tmp_path, reuters
     a, b = first.network.state_dict(), second.network.state_dict()
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("shape", [_shape(), _shape(filter_widths=[2, 3], pooling_chunks=2, bottleneck=5)])
+def test_a_documents_scores_do_not_depend_on_its_batch(shape):
+    from xtransformer.encoders.tokens import TokenizedTexts
+    from xtransformer.methods.cnn.network import run_batches
+
+    torch.manual_seed(0)
+    net = TextCNN((50, 6), 7, shape)
+    with torch.no_grad():  # windows over padding then score high: a batch's padding would show
+        for conv in net.convs:
+            conv.bias.fill_(3.0)
+    lengths = [5, 30, 12]  # a short document batched with a long one is padded to the long one's length
+    ids = np.concatenate([np.random.default_rng(n).integers(1, 50, n) for n in lengths]).astype(np.int32)
+    tokens = TokenizedTexts(ids, np.cumsum([0, *lengths]), 0, False)
+    together = {
+        int(r): lg for rows, _, logits in run_batches(net, tokens, 3, "32-true", 32) for r, lg in zip(rows, logits)
+    }
+    for i in range(3):
+        alone = TokenizedTexts(
+            tokens.ids[tokens.offsets[i] : tokens.offsets[i + 1]], np.array([0, lengths[i]]), 0, False
+        )
+        (_, _, logits), *_ = run_batches(net, alone, 1, "32-true", 32)
+        torch.testing.assert_close(logits[0], together[i])

@@ -70,7 +70,7 @@ class CNNMatcher:
         b = min(int(options.topb), n_clusters)
         emb = np.zeros((len(tokens), width), dtype=np.float32)
         scores, clusters = np.zeros((len(tokens), b), dtype=np.float32), np.zeros((len(tokens), b), dtype=np.int64)
-        batches = run_batches(self.network, tokens, options.batch_size, options.precision, options.progress)
+        batches = run_batches(self.network, tokens, options.batch_size, options.precision, length, options.progress)
         for rows, h, logits in batches:
             top = logits.topk(b, dim=1)
             emb[rows], scores[rows], clusters[rows] = h.numpy(), top.values.numpy(), top.indices.numpy()

@@ -84,7 +84,7 @@ class CNNModel(XMCModel):
         tokens = tokenize_texts(
             self.tokenizer, texts, self.meta["max_length"], self.meta["truncate_chars"], progress=False
         )
-        return score_tokens(self.network, tokens, settings)
+        return score_tokens(self.network, tokens, settings, self.meta["max_length"])
 
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
@@ -110,7 +110,7 @@ class XMLCNN(CNNModel):
     settings_class = XMLCNNSettings
 
 
-def score_tokens(network: TextCNN, tokens: Any, settings: dict[str, Any]) -> sp.csr_matrix:
+def score_tokens(network: TextCNN, tokens: Any, settings: dict[str, Any], width: int) -> sp.csr_matrix:
     """csr ``N x L`` of each document's ``topk`` sigmoid scores (length-sorted batches, autocast)."""
     from xtransformer.matcher.inference import topb_csr
 
@@ -118,7 +118,7 @@ def score_tokens(network: TextCNN, tokens: Any, settings: dict[str, Any]) -> sp.
     n, k = len(tokens), min(int(settings["topk"]), n_labels)
     scores, labels = np.zeros((n, k), dtype=np.float32), np.zeros((n, k), dtype=np.int64)
     batch_size, precision = int(settings["eval_batch_size"]), settings["inference_precision"]
-    for rows, _, logits in run_batches(network, tokens, batch_size, precision):
+    for rows, _, logits in run_batches(network, tokens, batch_size, precision, width):
         top = torch.sigmoid(logits).topk(k, dim=1)
         scores[rows], labels[rows] = top.values.numpy(), top.indices.numpy()
     return topb_csr(scores, labels, n_labels)

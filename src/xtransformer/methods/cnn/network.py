@@ -61,10 +61,12 @@ class TextCNN(nn.Module):
 
 
 def run_batches(
-    network: TextCNN, tokens: Any, batch_size: int, precision: str, progress: bool = False
+    network: TextCNN, tokens: Any, batch_size: int, precision: str, width: int, progress: bool = False
 ) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
-    """``(rows, features, logits)`` of tokenised texts, float32 on the CPU: length-sorted batches
-    under ``torch.inference_mode`` and the autocast of ``precision``."""
+    """``(rows, features, logits)`` of tokenised texts, float32 on the CPU: length-sorted batches,
+    each padded to ``width`` tokens (the training length), under ``torch.inference_mode`` and the
+    autocast of ``precision``. Windows over padding reach the pooling, so a fixed width keeps a
+    document's scores independent of the batch it comes in (a served text scores as in a file)."""
     from tqdm.auto import tqdm
 
     from xtransformer.encoders import autocast_context, length_sorted_batches
@@ -74,8 +76,10 @@ def run_batches(
     with tqdm(total=len(tokens), desc="CNN", unit="doc", disable=not progress, leave=False) as bar:
         for rows in length_sorted_batches(tokens.lengths, batch_size):
             batch = {key: v.to(device) for key, v in tokens.batch(rows).items() if v is not None}
+            pad = (0, max(0, width - batch["input_ids"].shape[1]))
+            ids, mask = F.pad(batch["input_ids"], pad), F.pad(batch["attention_mask"], pad)
             with torch.inference_mode(), autocast_context(precision, device):
-                h = network.features(batch["input_ids"], batch["attention_mask"])
+                h = network.features(ids, mask)
                 logits = network.output(h)
             yield rows, h.float().cpu(), logits.float().cpu()
             bar.update(len(rows))
