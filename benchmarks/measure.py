@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.phases import MODEL_DIR, TIMINGS_FILE, preds_file, vm_hwm_mb
-from benchmarks.systems import SystemSpec
-from benchmarks.workdata import Problem
+from benchmarks.systems import SystemSetupError, SystemSpec
+from benchmarks.workdata import Problem, ProblemError
 from xtransformer.utils.io import load_csr, load_json
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -113,6 +113,11 @@ def run_once(spec: SystemSpec, problem: Problem, run_dir: Path, repeat: int, set
     run_dir.mkdir(parents=True)
     if spec.needs_xc_text:
         problem.ensure_xc_text(problem.train_split)
+    if spec.needs_texts:
+        try:
+            problem.ensure_texts()
+        except ProblemError as exc:
+            raise SystemSetupError(f"{spec.name} reads documents: {exc}") from exc
     argv = spec.argv() + [
         "--data",
         str(problem.data_dir),
