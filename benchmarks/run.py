@@ -36,6 +36,9 @@ from xtransformer.utils.io import load_json
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_SYSTEMS = "pecos,napkinxc,omikuji,ours-indexing,ours-xrlinear"
 SCALING_SYSTEMS = "pecos,ours-indexing,ours-xrlinear"
+NEURAL_SYSTEMS = ("pecos-xrt", "ours-xrtransformer")
+# ours-xrtransformer's settings per dataset when --xr-override is not given (else method=xrtransformer)
+XR_DEFAULTS = {"eurlex57k": ("experiment=eurlex57k_xr_ensemble",)}
 
 
 class BenchmarkArgError(ValueError):
@@ -122,6 +125,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a TF-IDF setting of --dataset's features (repeatable), e.g. lead_chars=600",
     )
+    p.add_argument(
+        "--xr-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Hydra override for ours-xrtransformer (repeatable); default for eurlex57k "
+        "experiment=eurlex57k_xr_ensemble, else method=xrtransformer. Its TF-IDF becomes every system's "
+        "(unless --tfidf), its encoder folder and token length pecos-xrt's",
+    )
+    p.add_argument(
+        "--steps-scale",
+        type=float,
+        default=1.0,
+        help="pecos-xrt: every level's steps and warm-up steps of PECOS's recipe times this (CPU runs)",
+    )
     p.add_argument("--tag", default="", help="suffix of the result files: <out>/<problem>-<tag>.md/.json")
     syn = p.add_argument_group("synthetic problems")
     syn.add_argument("--n-test", type=int, default=2000)
@@ -134,6 +152,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def xr_overrides(args: argparse.Namespace) -> list[str]:
+    """ours-xrtransformer's Hydra overrides: ``--xr-override``, else the dataset's default."""
+    if args.xr_override:
+        return list(args.xr_override)
+    return list(XR_DEFAULTS.get(Path(args.dataset or "").name, ("method=xrtransformer",)))
+
+
+def neural_setup(args: argparse.Namespace) -> tuple[dict[str, list[str]], dict[str, Any]]:
+    """What the neural systems share: their script arguments (ours' overrides; PECOS's encoder
+    folder, token length and steps scale, all from ours' settings) and the TF-IDF settings that
+    differ from the defaults (every system's features when one of them runs)."""
+    from xtransformer.data.tfidf import TfidfConfig
+    from xtransformer.encoders.lookup import resolve_model
+    from xtransformer.pipeline.settings import compose_settings
+
+    if args.steps_scale <= 0:
+        raise BenchmarkArgError(f"--steps-scale must be > 0, got {args.steps_scale}")
+    overrides = xr_overrides(args)
+    s = compose_settings(*overrides)
+    if s.method != "xrtransformer":
+        raise BenchmarkArgError(
+            f"--xr-override {overrides} gives method={s.method}; ours-xrtransformer needs xrtransformer"
+        )
+    matcher, tfidf = s.main.matcher, s.main.tfidf.training_settings()
+    pecos = ["--encoder", str(resolve_model(matcher.model_name_or_path)), "--max-length", str(matcher.max_length)]
+    extra = {
+        "ours-xrtransformer": [f"--override={o}" for o in overrides],
+        "pecos-xrt": [*pecos, "--steps-scale", str(args.steps_scale)],
+    }
+    defaults = TfidfConfig().training_settings()
+    return extra, {k: v for k, v in tfidf.items() if defaults.get(k) != v}
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     if (args.repeats is not None and args.repeats < 1) or args.topk < 1 or args.threads < 1:
@@ -144,13 +195,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(result["markdown"])
         return result
     systems = get_systems(args.systems or (SCALING_SYSTEMS if args.scaling else DEFAULT_SYSTEMS))
+    extra, xr_tfidf = {}, {}
+    if args.dataset and any(spec.name in NEURAL_SYSTEMS for spec in systems):
+        extra, xr_tfidf = neural_setup(args)
     settings = RunSettings(
         topk=args.topk,
         threads=args.threads,
         stop_after=args.stop_after,
         timeout_s=args.timeout,
         keep_models=args.keep_models,
-        extra_args={"ours-pipeline": [f"--override={o}" for o in args.pipeline_override]},
+        extra_args=extra | {"ours-pipeline": [f"--override={o}" for o in args.pipeline_override]},
     )
     base = SyntheticSpec(n_test=args.n_test, n_features=args.n_features, seed=args.seed)
     try:
@@ -178,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 args.eval_split,
                 args.max_docs,
                 args.rebuild_data,
-                tfidf=tfidf_settings(args.tfidf),
+                tfidf=tfidf_settings(args.tfidf) if args.tfidf else xr_tfidf,
             )
     except SyntheticError as exc:
         raise BenchmarkArgError(str(exc)) from exc
