@@ -54,6 +54,7 @@ class RunRecord:
     error: str | None = None
     timings: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> metric -> value
+    load: dict[str, float] = field(default_factory=dict)  # host 1-min load average: before, max during, after
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -68,10 +69,17 @@ def child_env(threads: int, is_peer: bool) -> dict[str, str]:
     return env
 
 
+def load_average() -> float:
+    """The host's 1-minute load average (the runnable processes it has had: the system's own
+    threads included, so a quiet 2-core host running a 2-thread system reads about 2)."""
+    return round(os.getloadavg()[0], 2)
+
+
 def launch(
     argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float, poll_s: float = 0.1
-) -> tuple[int, float, float | None]:
-    """Run ``argv``; return (exit code, wall seconds, polled peak RSS of the child in MiB)."""
+) -> tuple[int, float, float | None, dict[str, float]]:
+    """Run ``argv``; return (exit code, wall seconds, polled peak RSS of the child in MiB, host load)."""
+    load = {"before": load_average(), "max": load_average()}
     with open(log_path, "w") as log:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -84,9 +92,10 @@ def launch(
                 hwm = vm_hwm_mb(proc.pid)  # VmHWM only grows, so the last reading is the peak
                 if hwm is not None:
                     peak = hwm if peak is None else max(peak, hwm)
+                load["max"] = max(load["max"], load_average())
                 if time.perf_counter() - t0 > timeout_s:
                     proc.kill()
-        return code, time.perf_counter() - t0, peak
+        return code, time.perf_counter() - t0, peak, load | {"after": load_average()}
 
 
 def _tail(path: Path, n: int = 1500) -> str:
@@ -138,8 +147,8 @@ def run_once(spec: SystemSpec, problem: Problem, run_dir: Path, repeat: int, set
         *settings.extra_args.get(spec.name, []),
     ]
     log_path = run_dir / "log.txt"
-    code, wall, rss = launch(argv, child_env(settings.threads, spec.is_peer), log_path, settings.timeout_s)
-    record = RunRecord(spec.name, repeat, ok=code == 0, wall_s=wall, peak_rss_mb=rss)
+    code, wall, rss, load = launch(argv, child_env(settings.threads, spec.is_peer), log_path, settings.timeout_s)
+    record = RunRecord(spec.name, repeat, ok=code == 0, wall_s=wall, peak_rss_mb=rss, load=load)
     if code != 0:
         timed_out = " (killed: --timeout)" if wall > settings.timeout_s else ""
         record.error = f"exit code {code}{timed_out}; log tail:\n{_tail(log_path)}"

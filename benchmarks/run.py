@@ -24,7 +24,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import benchmark, log, render, write_result
+from benchmarks.harness import benchmark, log, merge_results, render, write_result
 from benchmarks.measure import RunSettings
 from benchmarks.phases import STAGES
 from benchmarks.scaling import run_scaling
@@ -85,8 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument(
         "--rerender",
         type=Path,
+        nargs="+",
         metavar="JSON",
-        help="rebuild the table of a saved result (e.g. with another --reference)",
+        help="rebuild the table of a saved result (e.g. with another --reference); several results of one "
+        "problem are merged into one table, written as <out>/<problem>-<tag>",
     )
     p.add_argument(
         "--systems",
@@ -152,6 +154,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def rerender(paths: list[Path], reference: str, out: Path, tag: str) -> dict[str, Any]:
+    """Redraw one saved result in place, or merge several into ``<out>/<problem>-<tag>``."""
+    if len(paths) > 1 and not tag:
+        raise BenchmarkArgError("--rerender with several results needs --tag (the merged table's name)")
+    try:
+        saved = merge_results([load_json(p) for p in paths]) if len(paths) > 1 else load_json(paths[0])
+    except ValueError as exc:
+        raise BenchmarkArgError(str(exc)) from exc
+    result = render(saved, reference)
+    if len(paths) > 1:
+        write_result(result, out, f"{saved['settings']['problem']}-{tag}")
+    else:
+        write_result(result, paths[0].parent, paths[0].stem)
+    print(result["markdown"])
+    return result
+
+
 def xr_overrides(args: argparse.Namespace) -> list[str]:
     """ours-xrtransformer's Hydra overrides: ``--xr-override``, else the dataset's default."""
     if args.xr_override:
@@ -190,10 +209,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if (args.repeats is not None and args.repeats < 1) or args.topk < 1 or args.threads < 1:
         raise BenchmarkArgError("--repeats, --topk and --threads must be >= 1")
     if args.rerender:
-        result = render(load_json(args.rerender), args.reference)
-        write_result(result, args.rerender.parent, args.rerender.stem)
-        print(result["markdown"])
-        return result
+        return rerender(args.rerender, args.reference, args.out, args.tag)
     systems = get_systems(args.systems or (SCALING_SYSTEMS if args.scaling else DEFAULT_SYSTEMS))
     extra, xr_tfidf = {}, {}
     if args.dataset and any(spec.name in NEURAL_SYSTEMS for spec in systems):

@@ -136,3 +136,21 @@ def test_neural_setup_shares_ours_settings_with_pecos() -> None:
         neural_setup(build_parser().parse_args(["--dataset", "eurlex57k", "--steps-scale", "0"]))
     with pytest.raises(BenchmarkArgError, match="method=xrlinear"):
         neural_setup(build_parser().parse_args(["--dataset", "x", "--xr-override", "method=xrlinear"]))
+
+
+def test_rerender_merges_results_of_one_problem_with_their_sources_and_load(tmp_path: Path) -> None:
+    from benchmarks.run import main
+    from xtransformer.utils.io import load_json, save_json
+
+    argv = ["--synthetic", "300x40", "--n-test", "60", "--n-features", "2000", "--systems", "popular"]
+    main([*argv, "--repeats", "1", "--out", str(tmp_path / "a"), "--work", str(tmp_path / "work")])
+    first = tmp_path / "a" / "synthetic-n300-l40-f2000-seed0.json"
+    later = load_json(first) | {"commit": "abc1234"}
+    later["runs"] = [run | {"system": "later-peer"} for run in later["runs"]]
+    save_json(later, tmp_path / "later.json")
+    merged = main(["--rerender", str(first), str(tmp_path / "later.json"), "--tag", "all", "--out", str(tmp_path)])
+    assert set(merged["summary"]) == {"popular", "later-peer"}
+    table = (tmp_path / "synthetic-n300-l40-f2000-seed0-all.md").read_text()
+    assert "commit abc1234: later-peer" in table and "host load (1-min average" in table
+    with pytest.raises(BenchmarkArgError, match="--tag"):
+        main(["--rerender", str(first), str(tmp_path / "later.json")])
