@@ -29,7 +29,7 @@ from benchmarks.measure import RunSettings
 from benchmarks.phases import STAGES
 from benchmarks.scaling import run_scaling
 from benchmarks.synthetic import SyntheticError, SyntheticSpec
-from benchmarks.systems import REGISTRY, get_systems
+from benchmarks.systems import REGISTRY, SystemSpec, get_systems
 from benchmarks.workdata import prepare_dataset, prepare_synthetic
 from xtransformer.utils.io import load_json
 
@@ -96,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma list or 'all' (known: {', '.join(REGISTRY)}); default {DEFAULT_SYSTEMS} "
         f"({SCALING_SYSTEMS} with --scaling)",
     )
-    p.add_argument("--repeats", type=int, default=None, help="default 3 (1 with --scaling)")
+    p.add_argument(
+        "--repeats", type=int, default=None, help="default 3 (1 with --scaling or a system that fine-tunes an encoder)"
+    )
     p.add_argument("--reference", default="pecos", help="row that ratios are taken against")
     p.add_argument("--topk", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
@@ -134,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="Hydra override for ours-xrtransformer (repeatable); default for eurlex57k "
         "experiment=eurlex57k_xr_ensemble, else method=xrtransformer. Its TF-IDF becomes every system's "
-        "(unless --tfidf), its encoder folder and token length pecos-xrt's",
+        "(unless --tfidf; given without a neural system, it still sets the TF-IDF, so that linear peers run "
+        "apart see the same features), its encoder folder and token length pecos-xrt's",
     )
     p.add_argument(
         "--steps-scale",
@@ -204,6 +207,15 @@ def neural_setup(args: argparse.Namespace) -> tuple[dict[str, list[str]], dict[s
     return extra, {k: v for k, v in tfidf.items() if defaults.get(k) != v}
 
 
+def run_setup(args: argparse.Namespace, systems: list[SystemSpec]) -> tuple[dict[str, list[str]], dict[str, Any], int]:
+    """``neural_setup``'s (arguments, TF-IDF) when a neural system runs or ``--xr-override`` is given
+    (linear peers run apart then see the neural run's features), and the repeats: ``--repeats``, else
+    1 for scaling runs and runs that fine-tune an encoder (minutes each), else 3."""
+    neural = any(spec.name in NEURAL_SYSTEMS for spec in systems)
+    extra, tfidf = neural_setup(args) if args.dataset and (neural or args.xr_override) else ({}, {})
+    return extra, tfidf, args.repeats or (1 if args.scaling or neural else 3)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     if (args.repeats is not None and args.repeats < 1) or args.topk < 1 or args.threads < 1:
@@ -211,9 +223,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.rerender:
         return rerender(args.rerender, args.reference, args.out, args.tag)
     systems = get_systems(args.systems or (SCALING_SYSTEMS if args.scaling else DEFAULT_SYSTEMS))
-    extra, xr_tfidf = {}, {}
-    if args.dataset and any(spec.name in NEURAL_SYSTEMS for spec in systems):
-        extra, xr_tfidf = neural_setup(args)
+    extra, xr_tfidf, repeats = run_setup(args, systems)
     settings = RunSettings(
         topk=args.topk,
         threads=args.threads,
@@ -228,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             return run_scaling(
                 base,
                 systems,
-                args.repeats or 1,
+                repeats,
                 settings,
                 args.work,
                 args.out,
@@ -252,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             )
     except SyntheticError as exc:
         raise BenchmarkArgError(str(exc)) from exc
-    result = benchmark(problem, systems, args.repeats or 3, settings, args.work, args.reference)
+    result = benchmark(problem, systems, repeats, settings, args.work, args.reference)
     md = write_result(result, args.out, f"{problem.name}-{args.tag}" if args.tag else problem.name)
     print(result["markdown"])
     log(f"wrote {md} and {md.with_suffix('.json')}")

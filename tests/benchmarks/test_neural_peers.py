@@ -17,9 +17,9 @@ sys.path.insert(0, str(REPO))  # `benchmarks` lives beside `src`, not in the pac
 from benchmarks import report  # noqa: E402
 from benchmarks.harness import benchmark  # noqa: E402
 from benchmarks.measure import RunRecord, RunSettings, run_once  # noqa: E402
-from benchmarks.run import BenchmarkArgError, build_parser, neural_setup  # noqa: E402
+from benchmarks.run import BenchmarkArgError, build_parser, neural_setup, run_setup  # noqa: E402
 from benchmarks.synthetic import SyntheticSpec  # noqa: E402
-from benchmarks.systems import REGISTRY, SystemSetupError  # noqa: E402
+from benchmarks.systems import REGISTRY, SystemSetupError, get_systems  # noqa: E402
 from benchmarks.workdata import Problem, prepare_dataset, prepare_synthetic  # noqa: E402
 
 TINY = SyntheticSpec(n_train=400, n_test=120, n_labels=60, n_features=3000, seed=3)
@@ -136,6 +136,19 @@ def test_neural_setup_shares_ours_settings_with_pecos() -> None:
         neural_setup(build_parser().parse_args(["--dataset", "eurlex57k", "--steps-scale", "0"]))
     with pytest.raises(BenchmarkArgError, match="method=xrlinear"):
         neural_setup(build_parser().parse_args(["--dataset", "x", "--xr-override", "method=xrlinear"]))
+
+
+def test_linear_peers_run_apart_get_the_neural_runs_features_and_neural_runs_one_repeat() -> None:
+    def setup(*argv: str) -> tuple[dict, dict, int]:
+        args = build_parser().parse_args(["--dataset", "eurlex57k", *argv])
+        return run_setup(args, get_systems(args.systems))
+
+    assert setup("--systems", "pecos,omikuji") == ({}, {}, 3)
+    extra, tfidf, repeats = setup("--systems", "pecos", "--xr-override", "experiment=eurlex57k_xr_ensemble")
+    assert tfidf == {"lead_chars": 600} and repeats == 3
+    extra, tfidf, repeats = setup("--systems", "pecos-xrt,ours-xrtransformer")
+    assert tfidf == {"lead_chars": 600} and repeats == 1 and "pecos-xrt" in extra
+    assert setup("--systems", "pecos-xrt", "--repeats", "2")[2] == 2
 
 
 def test_rerender_merges_results_of_one_problem_with_their_sources_and_load(tmp_path: Path) -> None:
