@@ -110,12 +110,17 @@ def render(result: dict[str, Any], reference: str | None) -> dict[str, Any]:
 
 
 def _load_note(records: list[RunRecord]) -> list[str]:
-    """One line: the host's 1-min load average before / at most / after each run (a quiet 2-core
-    host running a 2-thread system reads about 2; more means other work shared the cores)."""
+    """The host's 1-min load average before / at most / after each run (a quiet 2-core host running
+    a 2-thread system reads about 2; more means other work shared the cores), and each run's CPU
+    seconds beside its wall seconds (wall grows with the load, CPU seconds hardly)."""
     runs = [
         f"{r.system} {r.load['before']:.1f} / {r.load['max']:.1f} / {r.load['after']:.1f}" for r in records if r.load
     ]
-    return [f"- host load (1-min average before / max / after each run): {'; '.join(runs)}"] if runs else []
+    cpu = [f"{r.system} {r.cpu_s:,.0f} / {r.wall_s:,.0f}" for r in records if r.cpu_s]
+    notes = [f"- host load (1-min average before / max / after each run): {'; '.join(runs)}"] if runs else []
+    if cpu:
+        notes.append(f"- CPU s / wall s of each run (user + system, the system's processes): {'; '.join(cpu)}")
+    return notes
 
 
 def merge_results(results: list[dict[str, Any]]) -> dict[str, Any]:

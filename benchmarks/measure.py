@@ -10,6 +10,7 @@ each system wrote, so every system is scored by the same code on the same output
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import time
@@ -55,6 +56,7 @@ class RunRecord:
     timings: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> metric -> value
     load: dict[str, float] = field(default_factory=dict)  # host 1-min load average: before, max during, after
+    cpu_s: float | None = None  # user + system CPU seconds of the child and the processes it waited for
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -75,11 +77,21 @@ def load_average() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's waited-for children so far (``RUSAGE_CHILDREN``:
+    a child's workers count once it has waited for them). Unlike wall time it does not grow when
+    other work shares the cores, only a little through cache and memory contention."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def launch(
     argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float, poll_s: float = 0.1
-) -> tuple[int, float, float | None, dict[str, float]]:
-    """Run ``argv``; return (exit code, wall seconds, polled peak RSS of the child in MiB, host load)."""
+) -> tuple[int, float, float | None, dict[str, float], float]:
+    """Run ``argv``; return (exit code, wall seconds, polled peak RSS of the child in MiB, host load,
+    CPU seconds of the child: the growth of ``children_cpu_s``, one child running at a time)."""
     load = {"before": load_average(), "max": load_average()}
+    cpu0 = children_cpu_s()
     with open(log_path, "w") as log:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -95,7 +107,7 @@ def launch(
                 load["max"] = max(load["max"], load_average())
                 if time.perf_counter() - t0 > timeout_s:
                     proc.kill()
-        return code, time.perf_counter() - t0, peak, load | {"after": load_average()}
+        return code, time.perf_counter() - t0, peak, load | {"after": load_average()}, children_cpu_s() - cpu0
 
 
 def _tail(path: Path, n: int = 1500) -> str:
@@ -147,8 +159,8 @@ def run_once(spec: SystemSpec, problem: Problem, run_dir: Path, repeat: int, set
         *settings.extra_args.get(spec.name, []),
     ]
     log_path = run_dir / "log.txt"
-    code, wall, rss, load = launch(argv, child_env(settings.threads, spec.is_peer), log_path, settings.timeout_s)
-    record = RunRecord(spec.name, repeat, ok=code == 0, wall_s=wall, peak_rss_mb=rss, load=load)
+    code, wall, rss, load, cpu = launch(argv, child_env(settings.threads, spec.is_peer), log_path, settings.timeout_s)
+    record = RunRecord(spec.name, repeat, ok=code == 0, wall_s=wall, peak_rss_mb=rss, load=load, cpu_s=cpu)
     if code != 0:
         timed_out = " (killed: --timeout)" if wall > settings.timeout_s else ""
         record.error = f"exit code {code}{timed_out}; log tail:\n{_tail(log_path)}"

@@ -103,6 +103,7 @@ def test_run_once_scores_popular_baseline_with_our_metrics(tmp_path: Path) -> No
     rec = run_once(REGISTRY["popular"], problem, tmp_path / "run", 0, RunSettings(topk=5))
     assert rec.ok, rec.error
     assert rec.peak_rss_mb is not None and rec.peak_rss_mb > 10
+    assert rec.cpu_s is not None and rec.cpu_s > 0  # the child's own CPU seconds (it imports numpy)
     assert set(rec.timings["seconds"]) >= {"load_data", "train", "save", "load.default", "predict.default"}
     assert rec.timings["predictions"]["default"]["n_docs"] == 120
     assert not (tmp_path / "run" / "model").exists()  # only its size is kept

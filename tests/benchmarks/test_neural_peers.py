@@ -165,5 +165,6 @@ def test_rerender_merges_results_of_one_problem_with_their_sources_and_load(tmp_
     assert set(merged["summary"]) == {"popular", "later-peer"}
     table = (tmp_path / "synthetic-n300-l40-f2000-seed0-all.md").read_text()
     assert "commit abc1234: later-peer" in table and "host load (1-min average" in table
+    assert "CPU s / wall s of each run" in table and "later-peer" in table.split("CPU s / wall s")[1]
     with pytest.raises(BenchmarkArgError, match="--tag"):
         main(["--rerender", str(first), str(tmp_path / "later.json")])
