@@ -100,7 +100,7 @@ def render(result: dict[str, Any], reference: str | None) -> dict[str, Any]:
         "",
         report.markdown_table(summary, ref),
     ]
-    failed = {r.system: _last_line(r.error or "") for r in records if not r.ok}
+    failed = {r.system: _failure(r.error or "") for r in records if not r.ok}
     notes = [f"- {name}: skipped ({why.splitlines()[0]})" for name, why in result["skipped"].items()]
     notes += [f"- {name}: failed ({why}; full log tail in the JSON)" for name, why in failed.items()]
     notes += _load_note(records) + [f"- merged: {src}" for src in result.get("sources", [])]
@@ -140,9 +140,14 @@ def merge_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {**first, "runs": runs, "skipped": skipped, "sources": sources}
 
 
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1][:200] if lines else "no output"
+def _failure(error: str) -> str:
+    """A failed run in one line: how it ended (the error's first line) and its log's last line that
+    is not a warning."""
+    lines = [ln.strip() for ln in error.splitlines() if ln.strip()]
+    if not lines:
+        return "no output"
+    log = [ln for ln in lines[1:] if "warn" not in ln.lower()]
+    return lines[0].removesuffix("; log tail:") + (f": {log[-1][:200]}" if log else "")
 
 
 def write_result(result: dict[str, Any], out_dir: Path, stem: str) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -110,6 +111,17 @@ def launch(
         return code, time.perf_counter() - t0, peak, load | {"after": load_average()}, children_cpu_s() - cpu0
 
 
+def exit_reason(code: int, timed_out: bool) -> str:
+    """A failed run's first line: its exit code, or the signal that killed it and the likely sender."""
+    if timed_out:
+        return f"exit code {code} (killed: --timeout)"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        oom = " (the out-of-memory killer's signal, when the host ran out of memory)" if -code == signal.SIGKILL else ""
+        return f"exit code {code}: killed by {name}{oom}"
+    return f"exit code {code}"
+
+
 def _tail(path: Path, n: int = 1500) -> str:
     text = path.read_text(errors="replace") if path.is_file() else ""
     return text[-n:]
@@ -162,8 +174,7 @@ def run_once(spec: SystemSpec, problem: Problem, run_dir: Path, repeat: int, set
     code, wall, rss, load, cpu = launch(argv, child_env(settings.threads, spec.is_peer), log_path, settings.timeout_s)
     record = RunRecord(spec.name, repeat, ok=code == 0, wall_s=wall, peak_rss_mb=rss, load=load, cpu_s=cpu)
     if code != 0:
-        timed_out = " (killed: --timeout)" if wall > settings.timeout_s else ""
-        record.error = f"exit code {code}{timed_out}; log tail:\n{_tail(log_path)}"
+        record.error = f"{exit_reason(code, wall > settings.timeout_s)}; log tail:\n{_tail(log_path)}"
         return record
     record.timings = load_json(run_dir / TIMINGS_FILE)
     record.peak_rss_mb = max(record.timings["peak_rss_mb"], rss or 0.0)

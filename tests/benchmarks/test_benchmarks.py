@@ -122,16 +122,23 @@ def test_failing_system_is_recorded_and_others_still_run(tmp_path: Path) -> None
     script.write_text("import sys\nprint('boom: bad model')\nsys.exit(3)\n")
     broken = SystemSpec("broken", "always fails", script)
     missing = SystemSpec("missing", "needs a module", script, requires=("xtransformer.nonesuch:thing",))
-    problem = prepare_synthetic(TINY, tmp_path / "work")
-    result = benchmark(
-        problem, [broken, missing, REGISTRY["popular"]], 1, RunSettings(), tmp_path / "work", reference="popular"
+    (tmp_path / "killed.py").write_text(
+        "import os, signal\nprint('level 1 of 3', flush=True)\nprint('FutureWarning: x', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
+    killed = SystemSpec("killed", "killed as by the out-of-memory killer", tmp_path / "killed.py")
+    problem = prepare_synthetic(TINY, tmp_path / "work")
+    systems = [broken, missing, killed, REGISTRY["popular"]]
+    result = benchmark(problem, systems, 1, RunSettings(), tmp_path / "work", reference="popular")
     runs = {r["system"]: r for r in result["runs"]}
     assert not runs["broken"]["ok"] and "boom: bad model" in runs["broken"]["error"]
     assert "exit code 3" in runs["broken"]["error"]
     assert "missing" in result["skipped"] and "not importable" in result["skipped"]["missing"]
     assert "popular" in result["summary"] and "broken" not in result["summary"]
-    assert "- broken: failed (boom: bad model" in result["markdown"] and "- missing: skipped" in result["markdown"]
+    assert "- broken: failed (exit code 3: boom: bad model;" in result["markdown"]
+    assert "- missing: skipped" in result["markdown"]
+    assert "- killed: failed (exit code -9: killed by SIGKILL (the out-of-memory killer" in result["markdown"]
+    assert "when the host ran out of memory): level 1 of 3;" in result["markdown"]  # the last line not a warning
 
 
 def _record(system: str, repeat: int, train: float, predict: float, rss: float) -> RunRecord:
