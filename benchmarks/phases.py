@@ -67,6 +67,16 @@ def load_texts(data_dir: Path, split: str, n_rows: int | None = None) -> list[st
     return texts
 
 
+def head_words(texts: list[str], n_words: int) -> list[str]:
+    """Each text cut to its first ``n_words`` whitespace-separated words (whitespace collapsed). For
+    a library that tokenizes every document whole before truncating to N tokens: with ``n_words`` >= N
+    (a word gives at least one token) its encoder reads the same tokens, and its tokenizer's memory
+    stays bounded by the cut, not by the longest documents."""
+    if n_words < 1:
+        raise PhaseError(f"head_words: n_words must be >= 1, got {n_words}")
+    return [" ".join(t.split(maxsplit=n_words)[:n_words]) for t in texts]
+
+
 def xc_text_file(split: str) -> str:
     """Name of a split in the XC-repository text format, for libraries that only read files."""
     return f"{split}.xc.txt"

@@ -16,6 +16,10 @@ field. What this runner changes, and why:
   ``L / 256`` labels (16 for Eurlex-4K, 17 for EURLEX57K's 4,271), which keeps the recipe's
   16 / 256 / L tree; on another depth every chain is refitted: upper levels take the recipe's
   first entries, the last level its last entry (Reuters-21578: 8 / 90, steps 600 / 1,200).
+- Documents cut to their first 4 x ``--max-length`` words before PECOS sees them: PECOS tokenizes
+  a whole corpus at once, full length, then truncates (a run on EURLEX57K's full training
+  documents reached 12 GiB and was killed); a word gives at least one token, so its encoder reads
+  the same tokens.
 - Host: ``batch_gen_workers`` (16 in the recipe: DataLoader worker processes) is ``--threads``;
   torch gets ``--threads`` threads; PECOS uses a GPU when one is visible, else the CPU in fp32
   (it has no bf16 path on a CPU).
@@ -108,6 +112,7 @@ RANKER_CHAIN = (
     ("tfn+man", 2.0, 4.0, 25, "noop"),
 )
 PREDICT_BATCH = 128  # examples/xr-transformer-neurips21/train_and_predict.sh: --batch-size 128
+WORDS_PER_TOKEN = 4  # documents cut to 4 x --max-length words: more than the tokens PECOS keeps
 
 
 def fit_chain(recipe: tuple | list, depth: int) -> list:
@@ -166,8 +171,15 @@ class PecosXRT(phases.System):
         self.clock = Stopwatch()
         self.levels: list[int] = []
 
+    def read(self, texts: list[str]) -> list[str]:
+        """The documents as PECOS's encoder reads them: PECOS tokenizes a whole corpus at once and
+        only then truncates (on EURLEX57K's 45,000 full documents a run reached 12 GiB and was killed
+        by the out-of-memory killer); cut to their first ``WORDS_PER_TOKEN`` x ``--max-length`` words,
+        it reads the same tokens."""
+        return phases.head_words(texts, WORDS_PER_TOKEN * self.args.max_length)
+
     def prepare(self, data_dir: Path, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
-        self.texts = phases.load_texts(data_dir, self.args.train_split, X.shape[0])
+        self.texts = self.read(phases.load_texts(data_dir, self.args.train_split, X.shape[0]))
 
     def preliminary_params(self, n_labels: int) -> dict[str, Any]:
         leaf = max(PRELIMINARY["max_leaf_size"], math.ceil(n_labels / RECIPE_LEAVES))
@@ -240,7 +252,7 @@ class PecosXRT(phases.System):
 
     def predict_texts(self, texts: list[str], X: sp.csr_matrix, k: int, variant: str) -> sp.csr_matrix:
         return self.model.predict(
-            texts,
+            self.read(texts),
             X_feat=X,
             only_topk=k,
             batch_size=PREDICT_BATCH,
