@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO))  # `benchmarks` lives beside `src`, not in the pac
 from benchmarks import report  # noqa: E402
 from benchmarks.harness import benchmark  # noqa: E402
 from benchmarks.measure import RunRecord, RunSettings, run_once  # noqa: E402
-from benchmarks.phases import topk_csr, vm_hwm_mb  # noqa: E402
+from benchmarks.phases import PhaseError, head_words, topk_csr, vm_hwm_mb  # noqa: E402
 from benchmarks.run import BenchmarkArgError, main, parse_synthetic, tfidf_settings  # noqa: E402
 from benchmarks.synthetic import SyntheticError, SyntheticSpec, generate  # noqa: E402
 from benchmarks.systems import REGISTRY, SystemSetupError, SystemSpec, get_systems  # noqa: E402
@@ -115,6 +115,14 @@ def test_run_once_scores_popular_baseline_with_our_metrics(tmp_path: Path) -> No
     expected = evaluate(problem.Y("test"), pred)
     for key in report.METRICS:
         assert rec.metrics["default"][key] == pytest.approx(expected[key])
+
+
+def test_head_words_keeps_the_first_words_of_each_text() -> None:
+    texts = ["one  two\tthree four", "short", "", "a b c"]
+    assert head_words(texts, 3) == ["one two three", "short", "", "a b c"]
+    assert head_words(texts, 1) == ["one", "short", "", "a"]
+    with pytest.raises(PhaseError, match="n_words"):
+        head_words(texts, 0)
 
 
 def test_failing_system_is_recorded_and_others_still_run(tmp_path: Path) -> None:
