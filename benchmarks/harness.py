@@ -100,17 +100,54 @@ def render(result: dict[str, Any], reference: str | None) -> dict[str, Any]:
         "",
         report.markdown_table(summary, ref),
     ]
-    failed = {r.system: _last_line(r.error or "") for r in records if not r.ok}
+    failed = {r.system: _failure(r.error or "") for r in records if not r.ok}
     notes = [f"- {name}: skipped ({why.splitlines()[0]})" for name, why in result["skipped"].items()]
     notes += [f"- {name}: failed ({why}; full log tail in the JSON)" for name, why in failed.items()]
+    notes += _load_note(records) + [f"- merged: {src}" for src in result.get("sources", [])]
     if notes:
         lines += [""] + notes
     return {**result, "reference": ref, "summary": summary, "markdown": "\n".join(lines) + "\n"}
 
 
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1][:200] if lines else "no output"
+def _load_note(records: list[RunRecord]) -> list[str]:
+    """The host's 1-min load average before / at most / after each run (a quiet 2-core host running
+    a 2-thread system reads about 2; more means other work shared the cores), and each run's CPU
+    seconds beside its wall seconds (wall grows with the load, CPU seconds hardly)."""
+    runs = [
+        f"{r.system} {r.load['before']:.1f} / {r.load['max']:.1f} / {r.load['after']:.1f}" for r in records if r.load
+    ]
+    cpu = [f"{r.system} {r.cpu_s:,.0f} / {r.wall_s:,.0f}" for r in records if r.cpu_s]
+    notes = [f"- host load (1-min average before / max / after each run): {'; '.join(runs)}"] if runs else []
+    if cpu:
+        notes.append(f"- CPU s / wall s of each run (user + system, the system's processes): {'; '.join(cpu)}")
+    return notes
+
+
+def merge_results(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several saved results of one problem as one (e.g. a peer that ran hours later, on its own):
+    their runs side by side, each source named (date, commit) under the table."""
+    first = results[0]
+    names = {r["settings"]["problem"] for r in results}
+    if len(names) > 1:
+        raise ValueError(f"--rerender: the results are of different problems {sorted(names)}")
+    runs = [run for r in results for run in r["runs"]]
+    ran = {run["system"] for run in runs}
+    skipped = {k: v for r in results for k, v in r["skipped"].items() if k not in ran}
+    sources = [
+        f"{r['settings']['date']}, commit {r['commit']}: {', '.join(sorted({x['system'] for x in r['runs']}))}"
+        for r in results
+    ]
+    return {**first, "runs": runs, "skipped": skipped, "sources": sources}
+
+
+def _failure(error: str) -> str:
+    """A failed run in one line: how it ended (the error's first line) and its log's last line that
+    is not a warning."""
+    lines = [ln.strip() for ln in error.splitlines() if ln.strip()]
+    if not lines:
+        return "no output"
+    log = [ln for ln in lines[1:] if "warn" not in ln.lower()]
+    return lines[0].removesuffix("; log tail:") + (f": {log[-1][:200]}" if log else "")
 
 
 def write_result(result: dict[str, Any], out_dir: Path, stem: str) -> Path:

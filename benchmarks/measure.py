@@ -10,7 +10,9 @@ each system wrote, so every system is scored by the same code on the same output
 from __future__ import annotations
 
 import os
+import resource
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -18,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.phases import MODEL_DIR, TIMINGS_FILE, preds_file, vm_hwm_mb
-from benchmarks.systems import SystemSpec
-from benchmarks.workdata import Problem
+from benchmarks.systems import SystemSetupError, SystemSpec
+from benchmarks.workdata import Problem, ProblemError
 from xtransformer.utils.io import load_csr, load_json
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -54,6 +56,8 @@ class RunRecord:
     error: str | None = None
     timings: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> metric -> value
+    load: dict[str, float] = field(default_factory=dict)  # host 1-min load average: before, max during, after
+    cpu_s: float | None = None  # user + system CPU seconds of the child and the processes it waited for
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -68,10 +72,27 @@ def child_env(threads: int, is_peer: bool) -> dict[str, str]:
     return env
 
 
+def load_average() -> float:
+    """The host's 1-minute load average (the runnable processes it has had: the system's own
+    threads included, so a quiet 2-core host running a 2-thread system reads about 2)."""
+    return round(os.getloadavg()[0], 2)
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's waited-for children so far (``RUSAGE_CHILDREN``:
+    a child's workers count once it has waited for them). Unlike wall time it does not grow when
+    other work shares the cores, only a little through cache and memory contention."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def launch(
     argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float, poll_s: float = 0.1
-) -> tuple[int, float, float | None]:
-    """Run ``argv``; return (exit code, wall seconds, polled peak RSS of the child in MiB)."""
+) -> tuple[int, float, float | None, dict[str, float], float]:
+    """Run ``argv``; return (exit code, wall seconds, polled peak RSS of the child in MiB, host load,
+    CPU seconds of the child: the growth of ``children_cpu_s``, one child running at a time)."""
+    load = {"before": load_average(), "max": load_average()}
+    cpu0 = children_cpu_s()
     with open(log_path, "w") as log:
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -84,9 +105,21 @@ def launch(
                 hwm = vm_hwm_mb(proc.pid)  # VmHWM only grows, so the last reading is the peak
                 if hwm is not None:
                     peak = hwm if peak is None else max(peak, hwm)
+                load["max"] = max(load["max"], load_average())
                 if time.perf_counter() - t0 > timeout_s:
                     proc.kill()
-        return code, time.perf_counter() - t0, peak
+        return code, time.perf_counter() - t0, peak, load | {"after": load_average()}, children_cpu_s() - cpu0
+
+
+def exit_reason(code: int, timed_out: bool) -> str:
+    """A failed run's first line: its exit code, or the signal that killed it and the likely sender."""
+    if timed_out:
+        return f"exit code {code} (killed: --timeout)"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        oom = " (the out-of-memory killer's signal, when the host ran out of memory)" if -code == signal.SIGKILL else ""
+        return f"exit code {code}: killed by {name}{oom}"
+    return f"exit code {code}"
 
 
 def _tail(path: Path, n: int = 1500) -> str:
@@ -113,6 +146,11 @@ def run_once(spec: SystemSpec, problem: Problem, run_dir: Path, repeat: int, set
     run_dir.mkdir(parents=True)
     if spec.needs_xc_text:
         problem.ensure_xc_text(problem.train_split)
+    if spec.needs_texts:
+        try:
+            problem.ensure_texts()
+        except ProblemError as exc:
+            raise SystemSetupError(f"{spec.name} reads documents: {exc}") from exc
     argv = spec.argv() + [
         "--data",
         str(problem.data_dir),
@@ -133,11 +171,10 @@ def run_once(spec: SystemSpec, problem: Problem, run_dir: Path, repeat: int, set
         *settings.extra_args.get(spec.name, []),
     ]
     log_path = run_dir / "log.txt"
-    code, wall, rss = launch(argv, child_env(settings.threads, spec.is_peer), log_path, settings.timeout_s)
-    record = RunRecord(spec.name, repeat, ok=code == 0, wall_s=wall, peak_rss_mb=rss)
+    code, wall, rss, load, cpu = launch(argv, child_env(settings.threads, spec.is_peer), log_path, settings.timeout_s)
+    record = RunRecord(spec.name, repeat, ok=code == 0, wall_s=wall, peak_rss_mb=rss, load=load, cpu_s=cpu)
     if code != 0:
-        timed_out = " (killed: --timeout)" if wall > settings.timeout_s else ""
-        record.error = f"exit code {code}{timed_out}; log tail:\n{_tail(log_path)}"
+        record.error = f"{exit_reason(code, wall > settings.timeout_s)}; log tail:\n{_tail(log_path)}"
         return record
     record.timings = load_json(run_dir / TIMINGS_FILE)
     record.peak_rss_mb = max(record.timings["peak_rss_mb"], rss or 0.0)

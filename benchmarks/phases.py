@@ -6,7 +6,9 @@ beyond the standard library, numpy and scipy, because it runs inside the peers' 
 (numpy 1.26 / scipy 1.13 for libpecos).
 
 Protocol with the parent (``benchmarks/run.py``):
-  inputs   ``<data>/X.<split>.npz``, ``<data>/Y.<split>.npz`` (CSR, float32)
+  inputs   ``<data>/X.<split>.npz``, ``<data>/Y.<split>.npz`` (CSR, float32), and for systems that
+           read texts (``reads_texts``) ``<data>/texts.<split>.jsonl`` (one JSON string a line,
+           row for row with the matrices)
   outputs  ``<out>/preds.<variant>.npz`` (CSR ``N x L`` holding the top-k scores per row),
            ``<out>/model/`` (the saved model, measured on disk by the parent),
            ``<out>/timings.json`` (seconds per phase, self-reported RSS high-water marks).
@@ -46,6 +48,33 @@ def preds_file(variant: str) -> str:
 def load_problem(data_dir: Path) -> dict[str, Any]:
     """The ``problem.json`` the parent wrote next to the matrices (name, splits, source)."""
     return json.loads((data_dir / PROBLEM_FILE).read_text())
+
+
+def texts_file(split: str) -> str:
+    """Name of a split's documents, one JSON string a line (for systems that read texts)."""
+    return f"texts.{split}.jsonl"
+
+
+def load_texts(data_dir: Path, split: str, n_rows: int | None = None) -> list[str]:
+    """The documents of ``split`` written by the parent; ``n_rows``: the row count they must have."""
+    path = data_dir / texts_file(split)
+    if not path.is_file():
+        raise PhaseError(f"--data: missing {path} (the parent writes it for systems that read texts)")
+    with open(path, encoding="utf-8") as fh:
+        texts = [json.loads(line) for line in fh]
+    if n_rows is not None and len(texts) != n_rows:
+        raise PhaseError(f"--data: {path} has {len(texts)} documents, the matrices {n_rows} rows")
+    return texts
+
+
+def head_words(texts: list[str], n_words: int) -> list[str]:
+    """Each text cut to its first ``n_words`` whitespace-separated words (whitespace collapsed). For
+    a library that tokenizes every document whole before truncating to N tokens: with ``n_words`` >= N
+    (a word gives at least one token) its encoder reads the same tokens, and its tokenizer's memory
+    stays bounded by the cut, not by the longest documents."""
+    if n_words < 1:
+        raise PhaseError(f"head_words: n_words must be >= 1, got {n_words}")
+    return [" ".join(t.split(maxsplit=n_words)[:n_words]) for t in texts]
 
 
 def xc_text_file(split: str) -> str:
@@ -130,11 +159,16 @@ class System:
     ``train`` fits the model from the training split; ``save``/``load`` round-trip it through
     ``model_dir`` so that prediction runs from disk as a user would; ``predict`` returns the
     ``N x L`` CSR top-k scores for one prediction ``variant`` (e.g. exact vs beam search).
+    A system that reads texts (``reads_texts``) loads the training documents in ``prepare``
+    (:func:`load_texts`) and predicts with ``predict_texts``, which gets the documents and their
+    TF-IDF rows together.
     """
 
     variants: Sequence[str] = ("default",)
     has_index: bool = False
     has_train: bool = True
+    reads_texts: bool = False  # True: predict_texts(texts, X, ...) instead of predict(X, ...)
+    single_docs: int = SINGLE_DOCS  # eval documents predicted one per call (the 1-doc latency)
     times_prediction: bool = True  # False: predict() only reads outputs made inside train()
     model_in_dir: bool = True  # False: the model lives elsewhere, so its size is not reported
 
@@ -161,12 +195,22 @@ class System:
     def predict(self, X: sp.csr_matrix, k: int, variant: str) -> sp.csr_matrix:
         raise NotImplementedError
 
+    def predict_texts(self, texts: list[str], X: sp.csr_matrix, k: int, variant: str) -> sp.csr_matrix:
+        """``predict`` for a system that reads texts: ``texts[i]`` is the document of row ``X[i]``."""
+        raise NotImplementedError
+
     def extra_info(self) -> dict[str, Any]:
         """Library version and settings actually used, recorded in the timings JSON."""
         return {}
 
     def reported_seconds(self) -> dict[str, float]:
-        """Phase times measured inside ``train`` (e.g. a whole pipeline), replacing the driver's."""
+        """Phase times measured inside ``train`` (e.g. a whole pipeline), replacing the driver's;
+        ``finetune``: the seconds spent fine-tuning an encoder, where there is one."""
+        return {}
+
+    def variant_seconds(self, variant: str) -> dict[str, float]:
+        """Fit seconds (``index``, ``train``, ``finetune``) that belong to one variant alone, where
+        the variants are different models trained in one ``train`` (none: the run's apply)."""
         return {}
 
 
@@ -242,15 +286,16 @@ def run(system: System, args: argparse.Namespace) -> dict[str, Any]:
         clock.seconds.update(system.reported_seconds())
     del X_tr, Y_tr
 
-    predictions: dict[str, dict[str, float]] = {}
+    predictions: dict[str, dict[str, Any]] = {}
     if last >= STAGES.index("predict") and system.has_train:
         X_ev, _ = load_split(args.data, args.eval_split)
+        texts = load_texts(args.data, args.eval_split, X_ev.shape[0]) if system.reads_texts else None
         n_labels = sp.load_npz(args.data / f"Y.{args.train_split}.npz").shape[1]
         for variant in system.variants:
             with clock.phase(f"load.{variant}"):
                 system.load(model_dir, variant)
             with clock.phase(f"predict.{variant}"):
-                pred = system.predict(X_ev, args.topk, variant)
+                pred = predict_rows(system, X_ev, texts, args.topk, variant)
             pred = sp.csr_matrix(pred)
             if pred.shape != (X_ev.shape[0], n_labels):
                 raise PhaseError(
@@ -258,11 +303,15 @@ def run(system: System, args: argparse.Namespace) -> dict[str, Any]:
                     f"expected {(X_ev.shape[0], n_labels)}"
                 )
             save_csr_atomic(pred, out / preds_file(variant))
+            timed = system.times_prediction
             predictions[variant] = {
                 "load_s": clock.seconds[f"load.{variant}"],
-                "predict_s": clock.seconds[f"predict.{variant}"] if system.times_prediction else None,
-                "single_ms_p50": single_doc_ms(system, X_ev, args.topk, variant) if system.times_prediction else None,
+                "predict_s": clock.seconds[f"predict.{variant}"] if timed else None,
+                "single_ms_p50": single_doc_ms(system, X_ev, texts, args.topk, variant, system.single_docs)
+                if timed
+                else None,
                 "n_docs": int(X_ev.shape[0]),
+                "fit_seconds": system.variant_seconds(variant),
             }
 
     record = {
@@ -283,17 +332,26 @@ def run(system: System, args: argparse.Namespace) -> dict[str, Any]:
     return record
 
 
-def single_doc_ms(system: System, X: sp.csr_matrix, k: int, variant: str, n: int = SINGLE_DOCS) -> float:
+def predict_rows(system: System, X: sp.csr_matrix, texts: list[str] | None, k: int, variant: str) -> sp.csr_matrix:
+    """The system's predictions for rows ``X`` (and their ``texts`` for a system that reads texts)."""
+    if system.reads_texts:
+        return system.predict_texts(texts or [], X, k, variant)
+    return system.predict(X, k, variant)
+
+
+def single_doc_ms(
+    system: System, X: sp.csr_matrix, texts: list[str] | None, k: int, variant: str, n: int = SINGLE_DOCS
+) -> float:
     """Median wall milliseconds of ``predict`` on one document (the first ``n`` of the eval split,
     one call each, after one untimed call): the latency a server answering one request would see."""
-    rows = [X[i : i + 1] for i in range(min(n, X.shape[0]))]
+    rows = [(X[i : i + 1], texts[i : i + 1] if texts is not None else None) for i in range(min(n, X.shape[0]))]
     if not rows:
         return float("nan")
-    system.predict(rows[0], k, variant)
+    predict_rows(system, *rows[0], k, variant)
     times = []
-    for row in rows:
+    for row, text in rows:
         t0 = time.perf_counter()
-        system.predict(row, k, variant)
+        predict_rows(system, row, text, k, variant)
         times.append(time.perf_counter() - t0)
     return 1e3 * float(np.median(times))
 

@@ -23,7 +23,9 @@ METRICS = ("P@1", "P@3", "P@5", "R@5", "nDCG@5")
 TIMING_FIELDS = (
     ("index_s", "index s", 2),
     ("train_s", "train s", 2),
+    ("finetune_s", "fine-tune s", 1),
     ("predict_s", "predict s", 2),
+    ("run_s", "run s", 1),
     ("docs_per_s", "docs/s", 0),
     ("single_ms", "1-doc ms", 2),
     ("peak_rss_mb", "peak RSS MiB", 0),
@@ -33,6 +35,7 @@ RATIO_FIELDS = (
     ("index_s", "index ×"),
     ("train_s", "train ×"),
     ("fit_s", "index+train ×"),
+    ("run_s", "run ×"),
     ("docs_per_s", "docs/s ×"),
     ("single_ms", "1-doc ms ×"),
     ("peak_rss_mb", "RSS ×"),
@@ -43,18 +46,26 @@ def row_label(system: str, variant: str) -> str:
     return system if variant == "default" else f"{system} ({variant})"
 
 
-def _rows_of(record: RunRecord) -> dict[str, dict[str, float | None]]:
-    """Flatten one run into one row per prediction variant (one row if it did not predict)."""
-    sec = record.timings.get("seconds", {})
+def _fit_fields(sec: dict[str, float]) -> dict[str, float | None]:
+    """Index, train (+ save), their sum and the fine-tuning seconds, from a run's phase seconds."""
     index_s = sec.get("index")
     train_s = sec["train"] + sec.get("save", 0.0) if "train" in sec else None
-    base: dict[str, float | None] = {
+    return {
         "index_s": index_s,
         "train_s": train_s,
         "fit_s": (index_s or 0.0) + train_s if train_s is not None else None,  # index-only rows have none
+        "finetune_s": sec.get("finetune"),
+    }
+
+
+def _rows_of(record: RunRecord) -> dict[str, dict[str, float | None]]:
+    """Flatten one run into one row per prediction variant (one row if it did not predict); a
+    variant's own fit seconds (different models trained in one run) replace the run's."""
+    sec = record.timings.get("seconds", {})
+    base = _fit_fields(sec) | {
         "peak_rss_mb": record.peak_rss_mb,
         "model_mb": None
-        if train_s is None or record.timings.get("model_bytes") is None
+        if "train" not in sec or record.timings.get("model_bytes") is None
         else record.timings["model_bytes"] / 2**20,
     }
     preds = record.timings.get("predictions", {})
@@ -64,13 +75,15 @@ def _rows_of(record: RunRecord) -> dict[str, dict[str, float | None]]:
     for variant in record.timings.get("variants", sorted(preds)):
         p = preds[variant]
         timed = p["predict_s"] is not None
-        row = dict(
-            base,
-            load_s=p["load_s"],
-            predict_s=p["predict_s"],
-            single_ms=p.get("single_ms_p50"),
-            docs_per_s=p["n_docs"] / max(p["predict_s"], 1e-9) if timed else None,
-        )
+        own = p.get("fit_seconds")
+        row = base | _fit_fields({"save": sec.get("save", 0.0), **own} if own else sec)
+        row |= {
+            "load_s": p["load_s"],
+            "predict_s": p["predict_s"],
+            "single_ms": p.get("single_ms_p50"),
+            "docs_per_s": p["n_docs"] / max(p["predict_s"], 1e-9) if timed else None,
+            "run_s": row["fit_s"] + p["predict_s"] if timed and row["fit_s"] is not None else None,
+        }
         row.update(record.metrics.get(variant, {}))
         rows[row_label(record.system, variant)] = row
     return rows

@@ -24,18 +24,21 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import benchmark, log, render, write_result
+from benchmarks.harness import benchmark, log, merge_results, render, write_result
 from benchmarks.measure import RunSettings
 from benchmarks.phases import STAGES
 from benchmarks.scaling import run_scaling
 from benchmarks.synthetic import SyntheticError, SyntheticSpec
-from benchmarks.systems import REGISTRY, get_systems
+from benchmarks.systems import REGISTRY, SystemSpec, get_systems
 from benchmarks.workdata import prepare_dataset, prepare_synthetic
 from xtransformer.utils.io import load_json
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_SYSTEMS = "pecos,napkinxc,omikuji,ours-indexing,ours-xrlinear"
 SCALING_SYSTEMS = "pecos,ours-indexing,ours-xrlinear"
+NEURAL_SYSTEMS = ("pecos-xrt", "ours-xrtransformer")
+# ours-xrtransformer's settings per dataset when --xr-override is not given (else method=xrtransformer)
+XR_DEFAULTS = {"eurlex57k": ("experiment=eurlex57k_xr_ensemble",)}
 
 
 class BenchmarkArgError(ValueError):
@@ -82,8 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument(
         "--rerender",
         type=Path,
+        nargs="+",
         metavar="JSON",
-        help="rebuild the table of a saved result (e.g. with another --reference)",
+        help="rebuild the table of a saved result (e.g. with another --reference); several results of one "
+        "problem are merged into one table, written as <out>/<problem>-<tag>",
     )
     p.add_argument(
         "--systems",
@@ -91,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma list or 'all' (known: {', '.join(REGISTRY)}); default {DEFAULT_SYSTEMS} "
         f"({SCALING_SYSTEMS} with --scaling)",
     )
-    p.add_argument("--repeats", type=int, default=None, help="default 3 (1 with --scaling)")
+    p.add_argument(
+        "--repeats", type=int, default=None, help="default 3 (1 with --scaling or a system that fine-tunes an encoder)"
+    )
     p.add_argument("--reference", default="pecos", help="row that ratios are taken against")
     p.add_argument("--topk", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
@@ -122,6 +129,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a TF-IDF setting of --dataset's features (repeatable), e.g. lead_chars=600",
     )
+    p.add_argument(
+        "--xr-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Hydra override for ours-xrtransformer (repeatable); default for eurlex57k "
+        "experiment=eurlex57k_xr_ensemble, else method=xrtransformer. Its TF-IDF becomes every system's "
+        "(unless --tfidf; given without a neural system, it still sets the TF-IDF, so that linear peers run "
+        "apart see the same features), its encoder folder and token length pecos-xrt's",
+    )
+    p.add_argument(
+        "--steps-scale",
+        type=float,
+        default=1.0,
+        help="pecos-xrt: every level's steps and warm-up steps of PECOS's recipe times this (CPU runs)",
+    )
     p.add_argument("--tag", default="", help="suffix of the result files: <out>/<problem>-<tag>.md/.json")
     syn = p.add_argument_group("synthetic problems")
     syn.add_argument("--n-test", type=int, default=2000)
@@ -134,23 +157,80 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def rerender(paths: list[Path], reference: str, out: Path, tag: str) -> dict[str, Any]:
+    """Redraw one saved result in place, or merge several into ``<out>/<problem>-<tag>``."""
+    if len(paths) > 1 and not tag:
+        raise BenchmarkArgError("--rerender with several results needs --tag (the merged table's name)")
+    try:
+        saved = merge_results([load_json(p) for p in paths]) if len(paths) > 1 else load_json(paths[0])
+    except ValueError as exc:
+        raise BenchmarkArgError(str(exc)) from exc
+    result = render(saved, reference)
+    if len(paths) > 1:
+        write_result(result, out, f"{saved['settings']['problem']}-{tag}")
+    else:
+        write_result(result, paths[0].parent, paths[0].stem)
+    print(result["markdown"])
+    return result
+
+
+def xr_overrides(args: argparse.Namespace) -> list[str]:
+    """ours-xrtransformer's Hydra overrides: ``--xr-override``, else the dataset's default."""
+    if args.xr_override:
+        return list(args.xr_override)
+    return list(XR_DEFAULTS.get(Path(args.dataset or "").name, ("method=xrtransformer",)))
+
+
+def neural_setup(args: argparse.Namespace) -> tuple[dict[str, list[str]], dict[str, Any]]:
+    """What the neural systems share: their script arguments (ours' overrides; PECOS's encoder
+    folder, token length and steps scale, all from ours' settings) and the TF-IDF settings that
+    differ from the defaults (every system's features when one of them runs)."""
+    from xtransformer.data.tfidf import TfidfConfig
+    from xtransformer.encoders.lookup import resolve_model
+    from xtransformer.pipeline.settings import compose_settings
+
+    if args.steps_scale <= 0:
+        raise BenchmarkArgError(f"--steps-scale must be > 0, got {args.steps_scale}")
+    overrides = xr_overrides(args)
+    s = compose_settings(*overrides)
+    if s.method != "xrtransformer":
+        raise BenchmarkArgError(
+            f"--xr-override {overrides} gives method={s.method}; ours-xrtransformer needs xrtransformer"
+        )
+    matcher, tfidf = s.main.matcher, s.main.tfidf.training_settings()
+    pecos = ["--encoder", str(resolve_model(matcher.model_name_or_path)), "--max-length", str(matcher.max_length)]
+    extra = {
+        "ours-xrtransformer": [f"--override={o}" for o in overrides],
+        "pecos-xrt": [*pecos, "--steps-scale", str(args.steps_scale)],
+    }
+    defaults = TfidfConfig().training_settings()
+    return extra, {k: v for k, v in tfidf.items() if defaults.get(k) != v}
+
+
+def run_setup(args: argparse.Namespace, systems: list[SystemSpec]) -> tuple[dict[str, list[str]], dict[str, Any], int]:
+    """``neural_setup``'s (arguments, TF-IDF) when a neural system runs or ``--xr-override`` is given
+    (linear peers run apart then see the neural run's features), and the repeats: ``--repeats``, else
+    1 for scaling runs and runs that fine-tune an encoder (minutes each), else 3."""
+    neural = any(spec.name in NEURAL_SYSTEMS for spec in systems)
+    extra, tfidf = neural_setup(args) if args.dataset and (neural or args.xr_override) else ({}, {})
+    return extra, tfidf, args.repeats or (1 if args.scaling or neural else 3)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     if (args.repeats is not None and args.repeats < 1) or args.topk < 1 or args.threads < 1:
         raise BenchmarkArgError("--repeats, --topk and --threads must be >= 1")
     if args.rerender:
-        result = render(load_json(args.rerender), args.reference)
-        write_result(result, args.rerender.parent, args.rerender.stem)
-        print(result["markdown"])
-        return result
+        return rerender(args.rerender, args.reference, args.out, args.tag)
     systems = get_systems(args.systems or (SCALING_SYSTEMS if args.scaling else DEFAULT_SYSTEMS))
+    extra, xr_tfidf, repeats = run_setup(args, systems)
     settings = RunSettings(
         topk=args.topk,
         threads=args.threads,
         stop_after=args.stop_after,
         timeout_s=args.timeout,
         keep_models=args.keep_models,
-        extra_args={"ours-pipeline": [f"--override={o}" for o in args.pipeline_override]},
+        extra_args=extra | {"ours-pipeline": [f"--override={o}" for o in args.pipeline_override]},
     )
     base = SyntheticSpec(n_test=args.n_test, n_features=args.n_features, seed=args.seed)
     try:
@@ -158,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             return run_scaling(
                 base,
                 systems,
-                args.repeats or 1,
+                repeats,
                 settings,
                 args.work,
                 args.out,
@@ -178,11 +258,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 args.eval_split,
                 args.max_docs,
                 args.rebuild_data,
-                tfidf=tfidf_settings(args.tfidf),
+                tfidf=tfidf_settings(args.tfidf) if args.tfidf else xr_tfidf,
             )
     except SyntheticError as exc:
         raise BenchmarkArgError(str(exc)) from exc
-    result = benchmark(problem, systems, args.repeats or 3, settings, args.work, args.reference)
+    result = benchmark(problem, systems, repeats, settings, args.work, args.reference)
     md = write_result(result, args.out, f"{problem.name}-{args.tag}" if args.tag else problem.name)
     print(result["markdown"])
     log(f"wrote {md} and {md.with_suffix('.json')}")

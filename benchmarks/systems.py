@@ -32,6 +32,7 @@ class SystemSpec:
     args: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()  # "module:attribute" needed in our env (ours only)
     needs_xc_text: bool = False  # trains from an XC text file of the train split
+    needs_texts: bool = False  # reads the documents (a neural system): text datasets only
 
     @property
     def is_peer(self) -> bool:
@@ -64,13 +65,15 @@ class SystemSpec:
         return [self.python(), str(self.script), *self.args]
 
 
-def _peer(name: str, description: str, **kw: object) -> SystemSpec:
-    return SystemSpec(name, description, PEERS_DIR / f"{name}_runner.py", venv=name, **kw)  # type: ignore[arg-type]
+def _peer(name: str, description: str, runner: str | None = None, venv: str | None = None, **kw: object) -> SystemSpec:
+    """A peer library's system: ``peers/<runner>_runner.py`` run in ``.venvs/<venv>`` (both default: ``name``)."""
+    script = PEERS_DIR / f"{(runner or name).replace('-', '_')}_runner.py"
+    return SystemSpec(name, description, script, venv=venv or name, **kw)  # type: ignore[arg-type]
 
 
-def _ours(name: str, description: str, requires: tuple[str, ...]) -> SystemSpec:
+def _ours(name: str, description: str, requires: tuple[str, ...], **kw: object) -> SystemSpec:
     adapter = name.removeprefix("ours-")
-    return SystemSpec(name, description, BENCH_DIR / "ours.py", args=("--adapter", adapter), requires=requires)
+    return SystemSpec(name, description, BENCH_DIR / "ours.py", args=("--adapter", adapter), requires=requires, **kw)  # type: ignore[arg-type]
 
 
 REGISTRY: dict[str, SystemSpec] = {
@@ -79,6 +82,25 @@ REGISTRY: dict[str, SystemSpec] = {
         _peer("pecos", "libpecos XLinearModel, PIFA + HierarchicalKMeans, defaults, C++ predict path"),
         _peer("napkinxc", "napkinXC PLT, defaults; exact (default) and beam search"),
         _peer("omikuji", "omikuji, Parabel-like defaults (3 trees)", needs_xc_text=True),
+        _peer(
+            "pecos-xrt",
+            "libpecos XR-Transformer, PECOS's Eurlex-4K recipe with the encoder swapped (--encoder, --steps-scale)",
+            needs_texts=True,
+        ),
+        _peer(
+            "lml-linear",
+            "LibMultiLabel linear one-vs-rest (train_1vsrest, LIBLINEAR defaults)",
+            runner="libmultilabel",
+            venv="libmultilabel",
+            args=("--model", "1vsrest"),
+        ),
+        _peer(
+            "lml-tree",
+            "LibMultiLabel linear tree (train_tree, K=100, dmax=10, beam 10)",
+            runner="libmultilabel",
+            venv="libmultilabel",
+            args=("--model", "tree"),
+        ),
         SystemSpec(
             "popular",
             "k most frequent training labels for every document (sanity floor)",
@@ -103,6 +125,13 @@ REGISTRY: dict[str, SystemSpec] = {
                 "xtransformer.ranker:HierarchicalLinear",
                 "xtransformer.ranker:HierarchicalLinearConfig",
             ),
+        ),
+        _ours(
+            "ours-xrtransformer",
+            "xtransformer XR-Transformer (+ XR-Linear and their combination when the settings train it) "
+            "through the public API (--xr-override)",
+            ("xtransformer.methods.xrtransformer:XRTransformer", "xtransformer.pipeline.settings:compose_settings"),
+            needs_texts=True,
         ),
         _ours(
             "ours-pipeline",

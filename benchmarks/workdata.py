@@ -8,15 +8,21 @@ completion marker) and reused by every system and repeat.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import scipy.sparse as sp
 
-from benchmarks.phases import PROBLEM_FILE, xc_text_file
+from benchmarks.phases import PROBLEM_FILE, texts_file, xc_text_file
 from benchmarks.synthetic import SyntheticSpec, generate
 from xtransformer.utils.io import atomic_dir, is_complete, load_csr, load_json, save_csr, save_json
+
+
+class ProblemError(ValueError):
+    """A problem lacks what a system needs (e.g. documents for a system that reads texts)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,33 @@ class Problem:
         if not path.is_file():
             write_xc_sparse(self.X(split), self.Y(split), path)
         return path
+
+    def ensure_texts(self) -> None:
+        """The documents of the train and eval splits as JSON lines (systems that read texts),
+        loaded again from the dataset the matrices came from, checked row for row; written once."""
+        splits = (self.train_split, self.eval_split)
+        if all((self.data_dir / texts_file(s)).is_file() for s in splits):
+            return
+        source = self.info["source"]
+        if "load_as" not in source:
+            raise ProblemError(
+                f"{self.name} has no documents (a synthetic problem, or one prepared before documents were "
+                "kept: prepare it again with --rebuild-data)"
+            )
+        from xtransformer.data import load_dataset
+
+        ds = load_dataset(source["load_as"], max_docs=source.get("max_docs"), eval_split=self.eval_split)
+        for split in splits:
+            part, Y = ds.splits[split], self.Y(split)
+            if Y.shape != part.Y.shape or (Y != part.Y).nnz:
+                raise ProblemError(f"{self.name}: the {split} labels of {source['load_as']} changed since its matrices")
+            _write_lines(self.data_dir / texts_file(split), [json.dumps(t) for t in part.texts])
+
+
+def _write_lines(path: Path, lines: list[str]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _shape_info(mats: dict[str, tuple[sp.csr_matrix, sp.csr_matrix]]) -> dict[str, Any]:
@@ -117,6 +150,8 @@ def prepare_dataset(
 
     source = {
         "dataset": ds.name,
+        # what load_dataset was given (a folder made absolute): the documents are loaded again from it
+        "load_as": str(Path(name).resolve()) if Path(name).exists() else name,
         "root": str(ds.root),
         "train_key": LabeledData.from_split(ds, "train").key,
         "dev_carved_from_train": ds.dev_carved_from_train,

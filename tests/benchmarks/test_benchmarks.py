@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO))  # `benchmarks` lives beside `src`, not in the pac
 from benchmarks import report  # noqa: E402
 from benchmarks.harness import benchmark  # noqa: E402
 from benchmarks.measure import RunRecord, RunSettings, run_once  # noqa: E402
-from benchmarks.phases import topk_csr, vm_hwm_mb  # noqa: E402
+from benchmarks.phases import PhaseError, head_words, topk_csr, vm_hwm_mb  # noqa: E402
 from benchmarks.run import BenchmarkArgError, main, parse_synthetic, tfidf_settings  # noqa: E402
 from benchmarks.synthetic import SyntheticError, SyntheticSpec, generate  # noqa: E402
 from benchmarks.systems import REGISTRY, SystemSetupError, SystemSpec, get_systems  # noqa: E402
@@ -103,6 +103,7 @@ def test_run_once_scores_popular_baseline_with_our_metrics(tmp_path: Path) -> No
     rec = run_once(REGISTRY["popular"], problem, tmp_path / "run", 0, RunSettings(topk=5))
     assert rec.ok, rec.error
     assert rec.peak_rss_mb is not None and rec.peak_rss_mb > 10
+    assert rec.cpu_s is not None and rec.cpu_s > 0  # the child's own CPU seconds (it imports numpy)
     assert set(rec.timings["seconds"]) >= {"load_data", "train", "save", "load.default", "predict.default"}
     assert rec.timings["predictions"]["default"]["n_docs"] == 120
     assert not (tmp_path / "run" / "model").exists()  # only its size is kept
@@ -116,21 +117,36 @@ def test_run_once_scores_popular_baseline_with_our_metrics(tmp_path: Path) -> No
         assert rec.metrics["default"][key] == pytest.approx(expected[key])
 
 
+def test_head_words_keeps_the_first_words_of_each_text() -> None:
+    texts = ["one  two\tthree four", "short", "", "a b c"]
+    assert head_words(texts, 3) == ["one two three", "short", "", "a b c"]
+    assert head_words(texts, 1) == ["one", "short", "", "a"]
+    with pytest.raises(PhaseError, match="n_words"):
+        head_words(texts, 0)
+
+
 def test_failing_system_is_recorded_and_others_still_run(tmp_path: Path) -> None:
     script = tmp_path / "broken.py"
     script.write_text("import sys\nprint('boom: bad model')\nsys.exit(3)\n")
     broken = SystemSpec("broken", "always fails", script)
     missing = SystemSpec("missing", "needs a module", script, requires=("xtransformer.nonesuch:thing",))
-    problem = prepare_synthetic(TINY, tmp_path / "work")
-    result = benchmark(
-        problem, [broken, missing, REGISTRY["popular"]], 1, RunSettings(), tmp_path / "work", reference="popular"
+    (tmp_path / "killed.py").write_text(
+        "import os, signal\nprint('level 1 of 3', flush=True)\nprint('FutureWarning: x', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
+    killed = SystemSpec("killed", "killed as by the out-of-memory killer", tmp_path / "killed.py")
+    problem = prepare_synthetic(TINY, tmp_path / "work")
+    systems = [broken, missing, killed, REGISTRY["popular"]]
+    result = benchmark(problem, systems, 1, RunSettings(), tmp_path / "work", reference="popular")
     runs = {r["system"]: r for r in result["runs"]}
     assert not runs["broken"]["ok"] and "boom: bad model" in runs["broken"]["error"]
     assert "exit code 3" in runs["broken"]["error"]
     assert "missing" in result["skipped"] and "not importable" in result["skipped"]["missing"]
     assert "popular" in result["summary"] and "broken" not in result["summary"]
-    assert "- broken: failed (boom: bad model" in result["markdown"] and "- missing: skipped" in result["markdown"]
+    assert "- broken: failed (exit code 3: boom: bad model;" in result["markdown"]
+    assert "- missing: skipped" in result["markdown"]
+    assert "- killed: failed (exit code -9: killed by SIGKILL (the out-of-memory killer" in result["markdown"]
+    assert "when the host ran out of memory): level 1 of 3;" in result["markdown"]  # the last line not a warning
 
 
 def _record(system: str, repeat: int, train: float, predict: float, rss: float) -> RunRecord:
