@@ -78,14 +78,20 @@ def _moved_run(tmp_path_factory, overrides: list[str]) -> dict:
             config_name="train",
             overrides=[*overrides, f"paths.cache_dir={tmp / 'cache'}", f"paths.output_dir={tmp / 'run'}"],
         )
+    from xtransformer.ranker import HierarchicalLinear, LinearForest
+
+    def linear_models() -> list:
+        gc.collect()
+        return [o for o in gc.get_objects() if isinstance(o, (HierarchicalLinear, LinearForest))]
+
+    # models other tests of this process left behind are not this run's: held (no id is reused), not counted
+    earlier = linear_models()
     alive: list[int] = []
 
     def counting(stage):
         def wrapped(*args, **kwargs):
-            from xtransformer.ranker import HierarchicalLinear, LinearForest
-
-            gc.collect()
-            alive.append(sum(isinstance(o, (HierarchicalLinear, LinearForest)) for o in gc.get_objects()))
+            known = {id(o) for o in earlier}
+            alive.append(sum(id(o) not in known for o in linear_models()))
             return stage(*args, **kwargs)
 
         return wrapped
