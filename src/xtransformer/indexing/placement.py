@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 from xtransformer.indexing.errors import IndexingError
 from xtransformer.indexing.representations import _weighted_Y, pifa
-from xtransformer.utils.rows import unit_rows
+from xtransformer.utils.rows import dense_f32, unit_rows
 
 
 @dataclass
@@ -60,10 +60,10 @@ def place_labels(
         raise IndexingError(f"placing labels: n_leaves must lie in [1, {K}], got {n_leaves}")
     reps = pifa(_weighted_Y(sp.csr_matrix(Y, dtype=np.float32), normalize_y_rows), X_index)
     centroids = unit_rows(_as_csr(C_old).T.tocsr() @ reps[:n_old])
-    sims = _dense(reps[n_old:] @ centroids.T)
+    sims = dense_f32(reps[n_old:] @ centroids.T)
     blind = ~np.any(sims > 0, axis=1)  # nothing to compare with: no old label present or no shared feature
     if blind.any() and routes is not None:
-        sims[blind] = _dense(sp.csr_matrix(Y[:, n_old:]).T.tocsr()[blind] @ routes)
+        sims[blind] = dense_f32(sp.csr_matrix(Y[:, n_old:]).T.tocsr()[blind] @ routes)
     return _choose(sims, n_leaves, blind if routes is not None else np.zeros(n_new, bool))
 
 
@@ -82,10 +82,6 @@ def _as_csr(C: sp.spmatrix) -> sp.csr_matrix:
     out = sp.csr_matrix(C, dtype=np.float32, copy=True)
     out.data[:] = 1.0
     return out
-
-
-def _dense(M: Any) -> np.ndarray:
-    return np.asarray(M.toarray() if sp.issparse(M) else M, dtype=np.float32)
 
 
 def grow_chain(chain: Any, leaves: sp.csr_matrix) -> Any:

@@ -24,6 +24,7 @@ import scipy.sparse as sp
 from xtransformer.model.folder import ModelError
 from xtransformer.topk import Candidates, concat, dedupe_max, topk
 from xtransformer.utils.io import load_csr, load_json, save_csr, save_json
+from xtransformer.utils.rows import dense_f32
 
 ZERO_SHOT_DIR = "zero_shot"
 PER_DOC = 5  # zero-shot labels a document may gain (the metrics read its top 5)
@@ -46,7 +47,7 @@ class ZeroShot:
     def scores(self, D: np.ndarray | sp.spmatrix) -> sp.csr_matrix:
         """``N x L`` (zero-shot columns only): each document's ``PER_DOC`` best-matching zero-shot
         labels, their cosines mapped onto the trained scores' scale (non-positive ones dropped)."""
-        sims = _dense(D @ self.rows.T) - self.centre
+        sims = dense_f32(D @ self.rows.T) - self.centre
         (a, b), (c, d) = self.text_fit, self.score_fit
         n, width = sims.shape
         keep = min(PER_DOC, width)
@@ -100,7 +101,7 @@ def fit_zero_shot(
     """Fit on calibration documents: their rows ``D``, every label's text row ``V`` (``L x D``),
     their labels ``Y`` and the model's scores ``pred``; ``zero``: the labels to score from text."""
     trained = np.setdiff1d(np.arange(Y.shape[1]), zero)
-    raw = _dense(D @ V.T)
+    raw = dense_f32(D @ V.T)
     centre = raw.mean(axis=0)  # a label text close to every document (a hub) says little about any one
     sims = raw[:, trained] - centre[trained]
     width = min(PAIRS_PER_DOC, len(trained))
@@ -131,7 +132,3 @@ def logistic_1d(x: np.ndarray, y: np.ndarray, iters: int = 50, l2: float = 1e-3)
         if np.abs(step).max() < 1e-8:
             break
     return float(theta[0]), float(theta[1])
-
-
-def _dense(M: np.ndarray | sp.spmatrix) -> np.ndarray:
-    return np.asarray(M.toarray() if sp.issparse(M) else M, dtype=np.float32)

@@ -41,6 +41,11 @@ def unit_rows(X: sp.spmatrix | np.ndarray, inplace: bool = False) -> sp.csr_matr
     return (X * _inverse_norms(np.einsum("ij,ij->i", X, X, dtype=np.float64))[:, None]).astype(np.float32)
 
 
+def dense_f32(M: np.ndarray | sp.spmatrix) -> np.ndarray:
+    """``M`` as a dense float32 array (for products that come out small: a batch, a few labels)."""
+    return np.asarray(M.toarray() if sp.issparse(M) else M, dtype=np.float32)
+
+
 def _row_chunks(indptr: np.ndarray) -> list[tuple[int, int]]:
     """Row ranges of about ``_CHUNK_NNZ`` nonzeros (a row is never split)."""
     n = len(indptr) - 1
