@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -248,11 +248,15 @@ def predict_main(argv: Sequence[str] | None = None) -> int:
     decisions.add_argument("--max-labels", type=int, default=None, help="labels a document gets at most")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the model's files")
-    args = p.parse_args(argv)
+    return _one_line_errors("xmc-predict", _predict, p.parse_args(argv))
+
+
+def _one_line_errors(prog: str, command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``command(args)``; bad input (a model, data or file error) as one line on stderr, exit 2."""
     try:
-        return _predict(args)
+        return command(args)
     except (CLIError, ValueError, OSError) as e:  # ModelError / DataError are ValueErrors
-        print(f"xmc-predict: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
 
 
@@ -364,12 +368,7 @@ def add_labels_main(argv: Sequence[str] | None = None) -> int:
         "(label_text.txt), calibrated on those documents (prediction setting zero_shot_labels)",
     )
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the model's files")
-    args = p.parse_args(argv)
-    try:
-        return _add_labels(args)
-    except (CLIError, ValueError, OSError) as e:  # ModelError / DataError are ValueErrors
-        print(f"xmc-add-labels: error: {e}", file=sys.stderr)
-        return 2
+    return _one_line_errors("xmc-add-labels", _add_labels, p.parse_args(argv))
 
 
 def _add_labels(args: argparse.Namespace) -> int:

@@ -3,34 +3,23 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # `benchmarks` lives beside `src`, not in the package
-
-from benchmarks import report  # noqa: E402
-from benchmarks.harness import benchmark  # noqa: E402
-from benchmarks.measure import RunRecord, RunSettings, run_once  # noqa: E402
-from benchmarks.phases import PhaseError, head_words, topk_csr, vm_hwm_mb  # noqa: E402
-from benchmarks.run import BenchmarkArgError, main, parse_synthetic, tfidf_settings  # noqa: E402
-from benchmarks.synthetic import SyntheticError, SyntheticSpec, generate  # noqa: E402
-from benchmarks.systems import REGISTRY, SystemSetupError, SystemSpec, get_systems  # noqa: E402
-from benchmarks.workdata import prepare_dataset, prepare_synthetic  # noqa: E402
-from xtransformer.metrics import evaluate  # noqa: E402
+from benchmarks import report
+from benchmarks.harness import benchmark
+from benchmarks.measure import RunRecord, RunSettings, run_once
+from benchmarks.phases import PhaseError, head_words, topk_csr, vm_hwm_mb
+from benchmarks.run import BenchmarkArgError, main, parse_synthetic, tfidf_settings
+from benchmarks.synthetic import SyntheticError, SyntheticSpec, generate
+from benchmarks.systems import REGISTRY, SystemSetupError, SystemSpec, get_systems
+from benchmarks.workdata import prepare_dataset, prepare_synthetic
+from xtransformer.metrics import evaluate
 
 TINY = SyntheticSpec(n_train=400, n_test=120, n_labels=60, n_features=3000, seed=3)
-
-
-@pytest.fixture(autouse=True)
-def _quiet_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("XMC_CACHE_DIR", str(tmp_path / "cache"))  # TF-IDF cache out of the repo
 
 
 def test_synthetic_is_reproducible_long_tailed_and_normalised() -> None:

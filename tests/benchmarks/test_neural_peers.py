@@ -5,31 +5,20 @@ be built (no index reachable) its test is skipped with the reason."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import scipy.sparse as sp
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # `benchmarks` lives beside `src`, not in the package
-
-from benchmarks import report  # noqa: E402
-from benchmarks.harness import benchmark  # noqa: E402
-from benchmarks.measure import RunRecord, RunSettings, run_once  # noqa: E402
-from benchmarks.run import BenchmarkArgError, build_parser, neural_setup, run_setup  # noqa: E402
-from benchmarks.synthetic import SyntheticSpec  # noqa: E402
-from benchmarks.systems import REGISTRY, SystemSetupError, get_systems  # noqa: E402
-from benchmarks.workdata import Problem, prepare_dataset, prepare_synthetic  # noqa: E402
+from benchmarks import report
+from benchmarks.harness import benchmark
+from benchmarks.measure import RunRecord, RunSettings, run_once
+from benchmarks.run import BenchmarkArgError, build_parser, neural_setup, run_setup
+from benchmarks.synthetic import SyntheticSpec
+from benchmarks.systems import REGISTRY, SystemSetupError, get_systems
+from benchmarks.workdata import Problem, prepare_dataset, prepare_synthetic
 
 TINY = SyntheticSpec(n_train=400, n_test=120, n_labels=60, n_features=3000, seed=3)
-
-
-@pytest.fixture(autouse=True)
-def _quiet_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("XMC_CACHE_DIR", str(tmp_path / "cache"))
 
 
 def write_text_dataset(folder: Path, texts: dict[str, list[str]], Y: dict[str, sp.csr_matrix]) -> Path:
