@@ -350,7 +350,7 @@ def add_labels_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="xmc-add-labels",
         description="Add labels to a trained model without retraining it: each new label is placed at its "
-        "nearest leaf and its ranker trained on the documents routed there; a new model folder is written "
+        "nearest leaves and its ranker trained on the documents routed there; a new model folder is written "
         "and the old one left as it is (old labels score exactly as before).",
     )
     p.add_argument("--model", required=True, help="a method folder, a run's model/ folder or a run folder")
@@ -361,6 +361,14 @@ def add_labels_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--split", default="train", help="which files of --data (default train)")
     p.add_argument("--new-labels", default=None, help="the ids to add, one a line (default: every id the model lacks)")
     p.add_argument("--output", required=True, help="the new model folder (must not exist yet)")
+    p.add_argument(
+        "--placement",
+        choices=("centroid", "routes"),
+        default="centroid",
+        help="where a new label goes: the leaves whose centroids are nearest it (default) or those the "
+        "model's beam reaches most often from its documents",
+    )
+    p.add_argument("--leaves", type=int, default=None, help="leaves per new label (default 2, or the tree's λ)")
     p.add_argument(
         "--zero-shot",
         action="store_true",
@@ -384,7 +392,8 @@ def _add_labels(args: argparse.Namespace) -> int:
     if args.zero_shot:
         return _zero_shot(model, args, output)
     new = read_new_labels(args.new_labels) if args.new_labels else None
-    grown = model.add_labels(read_folder(args.data, args.split), new_labels=new)
+    how = {"new_labels": new, "placement": args.placement, "leaves": args.leaves}
+    grown = model.add_labels(read_folder(args.data, args.split), **how)
     grown.save(output)
     facts = grown.report["added_labels"]
     print(

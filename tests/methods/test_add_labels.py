@@ -10,7 +10,8 @@ from tiny_models import toy_xmc
 
 from xtransformer import XMCModel, XRLinear
 from xtransformer.cli import add_labels_main
-from xtransformer.indexing.placement import place_labels
+from xtransformer.indexing.errors import IndexingError
+from xtransformer.indexing.placement import Placing, place_labels
 from xtransformer.model.folder import ModelError
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
 
@@ -53,13 +54,35 @@ def test_without_old_labels_in_the_documents_the_models_routes_decide():
     assert placed.how == ["routes"] and placed.leaves[0, 3] == 1
 
 
-@pytest.mark.parametrize("negatives", ["tfn", "tfn+man"])
-def test_old_weights_and_scores_are_unchanged(negatives):
+def test_routes_decide_where_the_documents_go_and_the_centroid_breaks_ties():
+    X, Y, C = block_task()
+    carriers = np.flatnonzero(Y[:, 8].toarray().ravel())
+    routes = sp.lil_matrix((Y.shape[0], 4), dtype=np.float32)
+    routes[carriers, 3] = 0.1  # all 6 documents of the new label reach leaf 3, whatever their path score
+    routes[carriers[:3], 1] = 0.9  # 3 reach leaf 1
+    routes[carriers[3:], 2] = 0.9  # 3 reach leaf 2, the nearest centroid: the tie with leaf 1 goes to it
+    assert place_labels(Y, X, C, 1, routes.tocsr(), by="routes").leaves.toarray().tolist() == [[0, 0, 0, 1]]
+    two = place_labels(Y, X, C, 2, routes.tocsr(), by="routes")
+    assert two.how == ["routes"] and two.leaves.toarray().tolist() == [[0, 0, 1, 1]]
+    assert place_labels(Y, X, C, 1, routes.tocsr(), by="centroid").leaves.toarray().tolist() == [[0, 0, 1, 0]]
+
+
+@pytest.mark.parametrize(
+    ("negatives", "placing", "leaves"),
+    [("tfn", Placing("centroid", 1), [[0, 0, 1, 0]]), ("tfn+man", Placing("centroid", 1), [[0, 0, 1, 0]]),
+     ("tfn+man", Placing(), None)],
+)  # fmt: skip
+def test_old_weights_and_scores_are_unchanged(negatives, placing, leaves):
     X, Y, C = block_task()
     cfg = HierarchicalLinearConfig(threads=1, negatives=negatives, threshold=0.0)
     old = HierarchicalLinear.train(X, Y[:, :8], toy_tree(C), cfg)
-    grown, report = old.add_labels(X, Y)
-    assert report["leaves"].toarray().tolist() == [[0, 0, 1, 0]]
+    grown, report = old.add_labels(X, Y, placing=placing)
+    if leaves is not None:
+        assert report["leaves"].toarray().tolist() == leaves and grown.copies is None
+    else:  # the default: its two nearest leaves, its own among them; old labels keep one copy each
+        assert report["leaves"].nnz == 2 and report["leaves"][0, 2] == 1
+        assert report["placement"]["by_centroid"] == 1
+        assert grown.copies.n_labels == 9 and np.array_equal(grown.copies.label_of[:8], np.arange(8))
     assert grown.n_labels == 9 and grown.levels[0] is old.levels[0]
     before, after = old.levels[-1].W.tocsc(), grown.levels[-1].W.tocsc()
     assert (after[:, :8] != before).nnz == 0 and after[:, 8].nnz > 0
@@ -99,6 +122,12 @@ def test_bad_additions_fail_with_one_line(toy_model):
     with pytest.raises(ModelError) as err:
         model.add_labels(texts["train"], old_only)
     assert "carry no label the model does not already have" in one_line(err)
+    for bad, key in [({"placement": "nearest"}, "placement must be one of centroid, routes"),
+                     ({"leaves": 0}, "leaves must be >= 1"), ({"leaves": 2.5}, "leaves must be a whole number"),
+                     ({"leaves": 99}, "leaves is 99 but the tree has only")]:  # fmt: skip
+        with pytest.raises(IndexingError) as err:
+            model.add_labels(texts["train"], lists, **bad)
+        assert key in one_line(err)
     grown = model.add_labels(texts["train"], lists)
     with pytest.raises(ModelError) as err:  # the same label added a second time
         grown.add_labels(texts["train"], lists, new_labels=["L11"])
@@ -193,7 +222,7 @@ def test_xtransformer_ranks_the_new_label_over_its_matchers_clusters(tmp_path):
     )
     grown = model.add_labels(texts["train"], lists)
     assert grown.chain.n_labels == 12 and grown.ranker.n_labels == 12
-    assert len(grown.report["added_labels"]["leaves"]["L11"]) == 1
+    assert len(grown.report["added_labels"]["leaves"]["L11"]) == 2  # the default: two leaves
     a, b = model.predict_csr(texts["dev"]).tocoo(), grown.predict_csr(texts["dev"]).tocsr()
     shared = np.asarray(b[a.row, a.col]).ravel()
     assert (shared != 0).sum() > 0 and np.array_equal(a.data[shared != 0], shared[shared != 0])

@@ -18,16 +18,19 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.data.inputs import LabeledData
+from xtransformer.indexing.placement import Placing
 from xtransformer.model.folder import ModelError
 
 
 @dataclass
 class Additions:
-    """The documents in the grown label space (old labels first, then ``new_ids``)."""
+    """The documents in the grown label space (old labels first, then ``new_ids``) and how the new
+    labels are placed."""
 
     data: LabeledData
     n_old: int
     new_ids: list[str]
+    placing: Placing = Placing()
 
     @property
     def new_names(self) -> list[str]:
@@ -39,11 +42,15 @@ class Additions:
 
     def record(self) -> dict:
         """What the grown model's training record keeps of this addition (provenance)."""
-        return {"ids": list(self.new_ids), "n_docs": len(self.data)}
+        return {"ids": list(self.new_ids), "n_docs": len(self.data), "placement": self.placing.by}
 
 
 def plan_additions(
-    old_ids: Sequence[str], old_names: Sequence[str], data: LabeledData, new_labels: Sequence[str] | None = None
+    old_ids: Sequence[str],
+    old_names: Sequence[str],
+    data: LabeledData,
+    new_labels: Sequence[str] | None = None,
+    placing: Placing | None = None,
 ) -> Additions:
     """Check ``new_labels`` (default: every label of ``data`` the model does not know that a
     document carries) against the model's ``old_ids`` and ``data``, and align ``data`` to the
@@ -63,7 +70,7 @@ def plan_additions(
     order = [where.get(label, -1) for label in [*old_ids, *new]]
     names = [*old_names, *(data.label_names[where[label]] for label in new)]
     grown = LabeledData(_columns(data.Y, order), [*old_ids, *new], names, data.texts, data.features, data.source)
-    return Additions(grown, len(old_ids), new)
+    return Additions(grown, len(old_ids), new, placing or Placing())
 
 
 def _checked_new(new: list[str], known: dict[str, int], data: LabeledData, carried: np.ndarray) -> list[str]:

@@ -190,19 +190,25 @@ class XMCModel:
         label_ids: Sequence[str] | None = None,
         label_names: Sequence[str] | None = None,
         new_labels: Sequence[str] | None = None,
+        placement: str = "centroid",
+        leaves: int | None = None,
     ) -> XMCModel:
         """A new model: this one with the labels the documents carry that it lacks (or exactly
-        ``new_labels``) placed at their nearest leaves and trained on the documents the model
-        routes there (``methods/adding.py``). This model, its folder and every old label's scores
-        stay as they are; ``save`` the new one to a new folder. ``inputs`` / ``labels`` /
-        ``label_ids`` / ``label_names``: as :meth:`fit` takes them (names name the new labels)."""
+        ``new_labels``) placed in the tree and trained on the documents the model routes there
+        (``methods/adding.py``). This model, its folder and every old label's scores stay as they
+        are; ``save`` the new one to a new folder. ``inputs`` / ``labels`` / ``label_ids`` /
+        ``label_names``: as :meth:`fit` takes them (names name the new labels). ``placement``:
+        ``centroid`` (the nearest leaves) or ``routes`` (those the model reaches from the label's
+        documents); ``leaves``: leaves per new label, default 2 (``indexing/placement.py``)."""
         import dataclasses
         import time
 
+        from xtransformer.indexing.placement import Placing
         from xtransformer.methods.adding import plan_additions
 
+        placing = Placing(placement, leaves)  # bad settings fail before any data work
         data = LabeledData.build(inputs, labels, label_ids, label_names)
-        plan = plan_additions(self.label_ids, self.label_names, data, new_labels)
+        plan = plan_additions(self.label_ids, self.label_names, data, new_labels, placing)
         start = time.perf_counter()
         log.info("adding %d labels to a %s model from %d documents", len(plan.new_ids), self.method, len(data))
         model = self._add_labels(plan)

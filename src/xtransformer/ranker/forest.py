@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -24,6 +25,9 @@ from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.hierarchical import HierarchicalLinear
 from xtransformer.ranker.linear import load_model_meta
 from xtransformer.utils.io import atomic_dir, save_json
+
+if TYPE_CHECKING:  # indexing imports the ranker
+    from xtransformer.indexing.placement import Placing
 
 
 class LinearForest:
@@ -92,10 +96,14 @@ class LinearForest:
         return ensemble_predictions(preds, "average", topk)
 
     def add_labels(
-        self, X: sp.spmatrix | np.ndarray, Y: sp.spmatrix, X_index: sp.spmatrix | np.ndarray | None = None
+        self,
+        X: sp.spmatrix | np.ndarray,
+        Y: sp.spmatrix,
+        X_index: sp.spmatrix | np.ndarray | None = None,
+        placing: Placing | None = None,
     ) -> tuple[LinearForest, dict]:
         """Every tree with the new labels placed in its own leaves (``HierarchicalLinear.add_labels``)."""
-        grown = [t.add_labels(X, Y, X_index) for t in self.trees]
+        grown = [t.add_labels(X, Y, X_index, placing) for t in self.trees]
         report = dict(grown[0][1])
         report["trees"] = [r["placement"] for _, r in grown]
         return LinearForest([t for t, _ in grown]), report

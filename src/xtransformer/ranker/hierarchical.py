@@ -19,6 +19,7 @@ import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -35,6 +36,9 @@ from xtransformer.ranker.negatives import binarize
 from xtransformer.ranker.postprocess import get_post_processor
 from xtransformer.topk import Candidates
 from xtransformer.utils.io import atomic_dir, save_json
+
+if TYPE_CHECKING:  # indexing imports the ranker
+    from xtransformer.indexing.placement import Placing
 
 log = logging.getLogger(__name__)
 
@@ -168,18 +172,26 @@ class HierarchicalLinear:
 
     # ------------------------------------------------------------------ growing
     def add_labels(
-        self, X: sp.spmatrix | np.ndarray, Y: sp.spmatrix, X_index: sp.spmatrix | np.ndarray | None = None
+        self,
+        X: sp.spmatrix | np.ndarray,
+        Y: sp.spmatrix,
+        X_index: sp.spmatrix | np.ndarray | None = None,
+        placing: Placing | None = None,
     ) -> tuple[HierarchicalLinear, dict]:
         """This model with the labels of ``Y``'s columns after its own (``Y``: ``N x L_all``, its
-        labels first) placed at their nearest leaves (``X_index``: the documents in the tree's
-        representation, default ``X``) and trained on ``X`` with this model's negatives; the upper
-        levels and every old label's weights are shared, unchanged. Returns it and a report."""
-        from xtransformer.indexing.placement import place_labels  # here: indexing imports the ranker
+        labels first) placed in its leaves as ``placing`` says (default: where the beam sends their
+        documents; ``X_index``: the documents in the tree's representation, default ``X``) and
+        trained on ``X`` with this model's negatives; the upper levels and every old label's weights
+        are shared, unchanged. Returns it and a report."""
+        from xtransformer.indexing.placement import Placing, place_labels  # here: indexing imports the ranker
 
+        placing = placing or Placing()
         X = as_features(X)
         routes = self.predict_clusters(X)
-        n_leaves = self.copies.max_per_label if self.copies is not None else 1
-        placed = place_labels(sp.csr_matrix(Y), X if X_index is None else X_index, self.chain[-1], n_leaves, routes)
+        C = self.chain[-1]
+        placed = place_labels(
+            sp.csr_matrix(Y), X if X_index is None else X_index, C, placing.n_leaves(C), routes, by=placing.by
+        )
         ext = extend_level(self.levels[-1], self.copies, self.config, X, sp.csr_matrix(Y), placed.leaves, routes)
         model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies)
         return model, {"placement": placed.summary(), "leaves": placed.leaves, "training": ext.info}

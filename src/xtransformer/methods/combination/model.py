@@ -139,7 +139,8 @@ class Combination(XMCModel):
     # ------------------------------------------------------------------ growing
     def _add_labels(self, plan: Any) -> Combination:
         """Every member grown by the same labels, combined as before."""
-        members = [m.add_labels(plan.data, new_labels=plan.new_ids) for m in self.members]
+        how = {"new_labels": plan.new_ids, "placement": plan.placing.by, "leaves": plan.placing.leaves}
+        members = [m.add_labels(plan.data, **how) for m in self.members]
         p = self.predict_settings
         out = Combination(members, p["method"], p.get("weights"), p["topk"], name=self.method)
         out.train_settings, out.predict_settings = dict(self.train_settings), dict(p)

@@ -153,8 +153,9 @@ class XRTransformer(NeuralModel):
 
     # ------------------------------------------------------------------ growing
     def _add_labels(self, plan: Any) -> XRTransformer:
-        """New labels at the final tree's leaves nearest their PIFA rows over TF-IDF ⊕ the fine-tuned
-        embeddings (what ``final.tree: recluster`` indexed), and in the fine-tuning tree likewise."""
+        """New labels in the final tree as ``plan.placing`` says (by default the leaves nearest their
+        PIFA rows over TF-IDF ⊕ the fine-tuned embeddings, what ``final.tree: recluster`` indexed), and
+        in the fine-tuning tree at its λ nearest leaves (it has no beam of its own to route by)."""
         from xtransformer.indexing.placement import grow_chain, leaves_per_label, place_labels
         from xtransformer.methods.adding import grown_report
 
@@ -162,7 +163,7 @@ class XRTransformer(NeuralModel):
         emb, _ = self.embed(texts, self.predict_settings, progress=True)
         X = self.tfidf.from_texts(texts)
         feats = final_features(self.features["kind"], X, emb, self.features["neural_weight"])
-        final, report = self.final.add_labels(feats, plan.data.Y)
+        final, report = self.final.add_labels(feats, plan.data.Y, placing=plan.placing)
         final.config = self.final.config
         chain = self.chain
         if chain is not None:

@@ -145,8 +145,9 @@ class XTransformer(NeuralModel):
     # ------------------------------------------------------------------ growing
     def _add_labels(self, plan: Any) -> XTransformer:
         """New labels at the leaves nearest them in the tree's representation (PIFA-TF-IDF, else PIFA
-        over the ranker's features), ranked over the matcher's top-b clusters as trained."""
-        from xtransformer.indexing.placement import grow_chain, leaves_per_label, place_labels
+        over the ranker's features), or those the matcher's top-b clusters reach from their documents
+        (``plan.placing``), ranked over the matcher's top-b clusters as trained."""
+        from xtransformer.indexing.placement import grow_chain, place_labels
         from xtransformer.methods.adding import grown_report
 
         texts = plan.data.require_texts("adding labels to an xtransformer model")
@@ -157,7 +158,8 @@ class XTransformer(NeuralModel):
         )
         index_name = self.train_settings.get("indexing", {}).get("name", "pifa_tfidf")
         C = self.chain.leaf_assignment
-        placed = place_labels(plan.data.Y, X if index_name == "pifa_tfidf" else feats, C, leaves_per_label(C), topb)
+        X_index = X if index_name == "pifa_tfidf" else feats
+        placed = place_labels(plan.data.Y, X_index, C, plan.placing.n_leaves(C), topb, by=plan.placing.by)
         ranker, report = self.ranker.add_labels(feats, plan.data.Y, placed.leaves, topb)
         ranker.config = self.ranker.config
         out = XTransformer(

@@ -1,0 +1,107 @@
+"""Where added labels go and in how many leaves, chosen on held-out training documents (never dev).
+
+    python experiments/label_growth/choose_placement.py [--holdout 5000] [--seed 0]
+
+EURLEX57K's training split is cut into fitted documents and ``--holdout`` seeded held-out ones. A
+seeded ``--drop`` of the labels with at least ``--min-docs`` fitted documents is held back;
+XR-Linear (``eurlex57k_xr_ensemble``'s) is fitted on all labels (``full``) and without the drawn
+ones (``reduced``, their documents kept). ``reduced`` gets them back with ``add_labels`` under each
+placement rule (``routes``: the leaves the beam reaches from the label's documents; ``centroid``:
+the nearest centroids) and number of leaves (1, 2, 3). Every model scores the held-out documents
+(and dev, reported only) in the full label space. The choice: the fewest leaves, then the rule,
+whose held-out P@1, P@5 and nDCG@5 are all within 0.3 of ``full``; failing that, the best held-out
+P@1 + P@3 + P@5. Prints the table and writes ``<results>/label-placement-<tag>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
+from bench_label_growth import draw, in_space
+from common import compose_settings, held_out_total, holdout_rows, public_args, rounded, save_table, selection_parser
+
+GAP_KEYS = ("P@1", "P@5", "nDCG@5")
+BAR = 0.3
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = selection_parser(__doc__)
+    ap.add_argument("--experiment", default="eurlex57k_xr_ensemble")
+    ap.add_argument("--drop", type=float, default=0.1, help="share of the eligible labels held back")
+    ap.add_argument("--min-docs", type=int, default=5, help="fitted documents a label needs to be drawn")
+    ap.add_argument("--leaves", default="1,2,3", help="leaves per new label to try")
+    args = ap.parse_args(argv)
+    from xtransformer import XRLinear, load_dataset
+
+    s = compose_settings([], args.experiment).methods["xrlinear"]
+    ds = load_dataset(compose_settings([], args.experiment).data)
+    train, dev = ds.splits["train"], ds.splits[ds.eval_split]
+    fitted, held = holdout_rows(len(train.texts), args.holdout, args.seed)
+    texts = [train.texts[i] for i in fitted]
+    Y_fit, Y_held = train.Y[fitted], train.Y[held]
+    ids, names = list(ds.vocab.ids), list(ds.label_text)
+    dropped = draw(Y_fit, args.drop, args.min_docs, args.seed)
+    keep = np.setdiff1d(np.arange(len(ids)), dropped)
+    print(f"{len(dropped)} of {len(ids)} labels held back; {len(fitted)} fitted, {len(held)} held out", flush=True)
+    t0 = time.perf_counter()
+    full = XRLinear.fit(texts, Y_fit, s, label_ids=ids, label_names=names)
+    t_full = time.perf_counter() - t0
+    kept = {"label_ids": [ids[j] for j in keep], "label_names": [names[j] for j in keep]}
+    reduced = XRLinear.fit(texts, Y_fit[:, keep], s, **kept)
+    rows_of = full.tfidf.from_texts
+    X_fit, X_held, X_dev = rows_of(texts), rows_of([train.texts[i] for i in held]), rows_of(dev.texts)
+    splits = {"holdout": (X_held, Y_held), "dev": (X_dev, dev.Y)}
+    rows = [scored({"name": "full", "seconds": round(t_full, 1)}, full, splits, ids)]
+    for leaves in [int(x) for x in args.leaves.split(",")]:
+        for rule in ("routes", "centroid"):
+            t0 = time.perf_counter()
+            grown = reduced.add_labels(X_fit, Y_fit, label_ids=ids, label_names=names, placement=rule, leaves=leaves)
+            row = {"name": f"{rule}, {leaves} leaves", "placement": rule, "leaves": leaves}
+            rows.append(scored(row | {"seconds": round(time.perf_counter() - t0, 1)}, grown, splits, ids))
+    for r in rows[1:]:
+        r["gap"] = {k: round(r["holdout"][k] - rows[0]["holdout"][k], 2) for k in GAP_KEYS}
+    best = choose(rows[1:])
+    record = {"args": public_args(args), "n_dropped": len(dropped), "full_fit_s": round(t_full, 1)}
+    save_table(args.results, f"label-placement-{args.tag}", record | {"best": best, "rows": rows}, table(rows, best))
+
+
+def scored(row: dict, model, splits: dict, ids: list[str]) -> dict:
+    """``row`` with the model's P@k / nDCG@5 on each split, in the full label space."""
+    from xtransformer.metrics import evaluate
+
+    for split, (X, Y) in splits.items():
+        row[split] = rounded(evaluate(Y, in_space(model.predict_features_csr(X), model.label_ids, ids)))
+    print(row, flush=True)
+    return row
+
+
+def choose(rows: list[dict]) -> str:
+    """The fewest leaves (then routes before centroid) within ``BAR`` of full on every gap key, held out;
+    else the best held-out P@1 + P@3 + P@5."""
+    within = [r for r in rows if all(g >= -BAR for g in r["gap"].values())]
+    if within:
+        return min(within, key=lambda r: (r["leaves"], r["placement"] != "routes"))["name"]
+    return max(rows, key=held_out_total)["name"]
+
+
+def table(rows: list[dict], best: str) -> str:
+    head = "| model | held-out P@1 / P@3 / P@5 | nDCG@5 | gap P@1 / P@5 / nDCG@5 | dev P@1 / P@5 / nDCG@5 | s |"
+    lines = [head, "|---|---|---|---|---|---|"]
+    for r in rows:
+        h, d = r["holdout"], r["dev"]
+        gap = " / ".join(f"{r['gap'][k]:+.2f}" for k in GAP_KEYS) if "gap" in r else ""
+        name = f"**{r['name']}**" if r["name"] == best else r["name"]
+        lines.append(
+            f"| {name} | {h['P@1']:.2f} / {h['P@3']:.2f} / {h['P@5']:.2f} | {h['nDCG@5']:.2f} | {gap} | "
+            f"{d['P@1']:.2f} / {d['P@5']:.2f} / {d['nDCG@5']:.2f} | {r['seconds']:.1f} |"
+        )
+    return "\n".join(lines) + f"\n\nchosen on the held-out documents: {best}"
+
+
+if __name__ == "__main__":
+    main()
