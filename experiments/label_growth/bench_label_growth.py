@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> None:
         "--embeddings",
         type=Path,
         default=None,
-        help="with --run: a folder with the run's own embeddings of its documents, train.npy and dev.npy "
-        "(its stage cache's), instead of encoding them again",
+        help="with --run: a folder with the run's own embeddings of its documents, train.npy and/or dev.npy "
+        "(its stage cache's), instead of encoding them again (a split without its file is encoded)",
     )
     ap.add_argument("--drop", type=float, default=0.1, help="share of the eligible labels held back")
     ap.add_argument("--min-docs", type=int, default=5, help="training documents a label needs to be drawn")
@@ -117,7 +117,7 @@ def final_model_setup(run_dir: Path, kept: Path | None = None) -> dict:
 
     xrt = XMCModel.load(run_dir, "xrtransformer")
     ds = load_dataset(xrt.train_settings["dataset"])
-    train, dev = ds.splits["train"], ds.splits[ds.eval_split]
+    train, dev = run_training_documents(run_dir, ds), ds.splits[ds.eval_split]
     ids, names = list(ds.vocab.ids), list(ds.label_text)
     t0 = time.perf_counter()
     X_train = final_rows(xrt, xrt.tfidf.from_texts(train.texts), split_embeddings(xrt, train.texts, kept, "train"))
@@ -141,11 +141,21 @@ def final_model_setup(run_dir: Path, kept: Path | None = None) -> dict:
     }  # fmt: skip
 
 
+def run_training_documents(run_dir: Path, ds):
+    """The training documents the run's models were fitted on: a calibrated run held some out of all."""
+    from common import RunFolder
+
+    from xtransformer.data.inputs import LabeledData
+
+    train, c = LabeledData.from_split(ds, "train"), RunFolder(run_dir).settings.calibration
+    return c.hold_out(train)[0] if c.enabled else train
+
+
 def split_embeddings(model, texts: list[str], kept: Path | None, split: str) -> np.ndarray:
     """The model's embeddings of a split's texts: ``kept/<split>.npy`` when given, else encoded (and kept)."""
     from common import embeddings
 
-    if kept is None:
+    if kept is None or not (kept / f"{split}.npy").is_file():
         return embeddings(model, texts)
     emb = np.load(kept / f"{split}.npy")
     if emb.shape[0] != len(texts):
