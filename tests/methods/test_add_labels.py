@@ -175,6 +175,9 @@ def test_command_line_writes_a_new_folder_that_predicts_the_new_label(toy_model,
     assert again == 2 and err.count("\n") == 0 and "nothing to add" in err and not (tmp_path / "x").exists()
     clash = add_labels_main(["--model", str(old), "--data", str(data), "--output", str(old / "inside")])
     assert clash == 2 and "inside the model folder" in capsys.readouterr().err
+    bad = add_labels_main(["--model", str(old), "--data", str(data), "--output", str(tmp_path / "y"), "--leaves", "0"])
+    err = capsys.readouterr().err.strip()
+    assert bad == 2 and err.count("\n") == 0 and "leaves must be >= 1" in err and not (tmp_path / "y").exists()
 
 
 @pytest.mark.slow
