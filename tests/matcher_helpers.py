@@ -63,3 +63,14 @@ def fine_tune(cfg: MatcherConfig, cache: Path, callbacks: list[Any] = (), key: s
     data, C = toy_data()
     ctx = TrainContext(cache=StageCache(cache), lightning={**TRAINER, **lightning}, callbacks=list(callbacks))
     return fine_tune_matcher(ctx, key, data["train"], C, cfg, data["dev"])
+
+
+class Crash(pl.Callback):
+    """Simulates a killed run: raises once training reaches ``step`` optimizer steps."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step >= self.step:
+            raise RuntimeError("simulated crash")

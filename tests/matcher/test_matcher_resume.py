@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import lightning.pytorch as pl
 import pytest
 import torch
-from matcher_helpers import LossRecorder, fine_tune
+from matcher_helpers import Crash, LossRecorder, fine_tune
 from tiny_models import tiny_model_dir
 
 from xtransformer.matcher import MatcherConfig
-
-
-class Crash(pl.Callback):
-    """Simulates a killed run: raises once training reaches ``step`` optimizer steps."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        if trainer.global_step >= self.step:
-            raise RuntimeError("simulated crash")
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:

@@ -8,11 +8,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
-from matcher_helpers import TRAINER, LossRecorder
+from matcher_helpers import TRAINER, Crash, LossRecorder
 
 from xtransformer.methods.cnn import XMLCNN, KimCNN, KimCNNSettings, XMLCNNSettings
 from xtransformer.methods.cnn.network import TextCNN, dynamic_max_pool
@@ -85,15 +84,6 @@ def test_fit_sections_merge_over_the_methods_defaults():
 
 
 # ------------------------------------------------------------------------------ training
-
-
-class Crash(pl.Callback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        if trainer.global_step >= self.step:
-            raise RuntimeError("simulated crash")
 
 
 TINY = {
