@@ -179,8 +179,8 @@ class HierarchicalLinear:
         placing: Placing | None = None,
     ) -> tuple[HierarchicalLinear, dict]:
         """This model with the labels of ``Y``'s columns after its own (``Y``: ``N x L_all``, its
-        labels first) placed in its leaves as ``placing`` says (default: where the beam sends their
-        documents; ``X_index``: the documents in the tree's representation, default ``X``) and
+        labels first) placed in its leaves as ``placing`` says (default: the two nearest centroids;
+        ``X_index``: the documents in the tree's representation, default ``X``) and
         trained on ``X`` with this model's negatives; the upper levels and every old label's weights
         are shared, unchanged. Returns it and a report."""
         from xtransformer.indexing.placement import Placing, place_labels  # here: indexing imports the ranker
