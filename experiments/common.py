@@ -13,6 +13,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,66 @@ def final_rows(model: Any, X: sp.csr_matrix, emb: np.ndarray) -> sp.csr_matrix:
     from xtransformer.methods.xrtransformer.features import final_features
 
     return final_features(model.features["kind"], X, emb, model.features["neural_weight"])
+
+
+@dataclass
+class FinalModelRows:
+    """A finished XR-Transformer run's final model and its rows (TF-IDF ⊕ the fine-tuned encoder's
+    embeddings) for the documents it was fitted on, those the run held out of every model (a
+    calibrated run's, else None) and the eval split; ``config``: the final model's settings as the
+    run trained it (an ``XRLinearConfig`` for ``fit_rows``); ``train_s``: the run's XR-Transformer
+    training seconds."""
+
+    model: Any
+    config: Any
+    train: Any  # LabeledData
+    X_train: sp.csr_matrix
+    held: Any  # LabeledData | None
+    X_held: sp.csr_matrix | None
+    eval_Y: sp.csr_matrix
+    X_eval: sp.csr_matrix
+    train_s: float
+    rows_s: float  # seconds to build the training rows
+
+
+def final_model_rows(run_dir: Path, kept: Path | None = None, work: Path = WORK) -> FinalModelRows:
+    """:class:`FinalModelRows` of the run in ``run_dir``; ``kept``: a folder with the run's own
+    embeddings of its documents (``train.npy`` / ``<eval split>.npy``, e.g. from its stage cache),
+    read instead of encoding again (a split without its file is encoded, and kept in ``work``)."""
+    import dataclasses
+
+    from xtransformer.data.inputs import LabeledData
+    from xtransformer.methods.xrtransformer import FinalModelConfig
+
+    run = RunFolder(run_dir)
+    xrt, ds = run.model("xrtransformer"), run.dataset
+    c, every = run.settings.calibration, LabeledData.from_split(ds, "train")
+    train, held = c.hold_out(every) if c.enabled else (every, None)
+
+    def rows(texts: Sequence[str], split: str | None) -> sp.csr_matrix:
+        path = kept / f"{split}.npy" if kept is not None and split else None
+        emb = np.load(path) if path is not None and path.is_file() else embeddings(xrt, texts, work)
+        if emb.shape[0] != len(texts):
+            raise SystemExit(f"error: {path}: {emb.shape[0]} rows, not {len(texts)}")
+        return final_rows(xrt, xrt.tfidf.from_texts(texts), emb)
+
+    t0 = time.perf_counter()
+    X_train = rows(train.texts, "train")
+    rows_s = time.perf_counter() - t0
+    ev = ds.splits[ds.eval_split]
+    final = FinalModelConfig.from_mapping(xrt.train_settings["xrtransformer"]["final"])
+    return FinalModelRows(
+        model=xrt,
+        config=final_model_settings(dataclasses.replace(final, model=xrt.final.config)),
+        train=train,
+        X_train=X_train,
+        held=held,
+        X_held=None if held is None else rows(held.texts, None),
+        eval_Y=ev.Y,
+        X_eval=rows(ev.texts, ds.eval_split),
+        train_s=float(run.metrics["timings_s"]["xrtransformer_train"]),
+        rows_s=round(rows_s, 1),
+    )
 
 
 # ---------------------------------------------------------------------------------------- training

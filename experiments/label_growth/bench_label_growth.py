@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--drop", type=float, default=0.1, help="share of the eligible labels held back")
     ap.add_argument("--min-docs", type=int, default=5, help="training documents a label needs to be drawn")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--placement", default="centroid", help="add_labels' placement rule: centroid or routes")
+    ap.add_argument("--leaves", type=int, default=None, help="leaves per added label (default: add_labels')")
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--tag", default="eurlex57k")
     args = ap.parse_args(argv)
@@ -54,11 +56,10 @@ def main(argv: list[str] | None = None) -> None:
     fit, X_train = setup["fit"], setup["X_train"]
     reduced, t_reduced = timed(lambda: fit(train_Y[:, keep], [ids[j] for j in keep], [names[j] for j in keep]))
     full, t_full = setup["full"](reduced)
-    grown, t_grown = timed(lambda: reduced.add_labels(X_train, train_Y, label_ids=ids, label_names=names))
+    placing = {"label_ids": ids, "label_names": names, "placement": args.placement, "leaves": args.leaves}
+    grown, t_grown = timed(lambda: reduced.add_labels(X_train, train_Y, **placing))
     carriers = np.flatnonzero(np.diff(sp.csr_matrix(train_Y[:, dropped]).indptr) > 0)
-    own, t_own = timed(
-        lambda: reduced.add_labels(X_train[carriers], train_Y[carriers], label_ids=ids, label_names=names)
-    )
+    own, t_own = timed(lambda: reduced.add_labels(X_train[carriers], train_Y[carriers], **placing))
     dev = setup["dev"]
     models = {"full": (full, t_full), "reduced": (reduced, t_reduced), "grown": (grown, t_grown)}
     models["grown-own-docs"] = (own, t_own)
@@ -102,65 +103,30 @@ def xrlinear_setup(experiment: str) -> dict:
 
 
 def final_model_setup(run_dir: Path, kept: Path | None = None) -> dict:
-    """A finished XR-Transformer run's final model on its rows (TF-IDF ⊕ the fine-tuned encoder's
-    embeddings of the training documents): the full model is the run's own (its training time the
-    run's), the reduced one retrains only the final model, on the same encoder."""
-    import dataclasses
+    """A finished XR-Transformer run's final model on its rows (``common.final_model_rows``): the
+    full model is the run's own (its training time the run's), the reduced one retrains only the
+    final model, on the same encoder."""
+    from common import final_model_rows, fit_rows
 
-    from common import final_model_settings, final_rows, fit_rows
-
-    from xtransformer import XMCModel, XRLinear, load_dataset
+    from xtransformer import XRLinear
     from xtransformer.methods.base import ModelRecords
     from xtransformer.methods.xrlinear.model import ranker_predict_settings
-    from xtransformer.methods.xrtransformer import FinalModelConfig
-    from xtransformer.utils.io import load_json
 
-    xrt = XMCModel.load(run_dir, "xrtransformer")
-    ds = load_dataset(xrt.train_settings["dataset"])
-    train, dev = run_training_documents(run_dir, ds), ds.splits[ds.eval_split]
-    ids, names = list(ds.vocab.ids), list(ds.label_text)
-    t0 = time.perf_counter()
-    X_train = final_rows(xrt, xrt.tfidf.from_texts(train.texts), split_embeddings(xrt, train.texts, kept, "train"))
-    t_rows = time.perf_counter() - t0
-    X_dev = final_rows(xrt, xrt.tfidf.from_texts(dev.texts), split_embeddings(xrt, dev.texts, kept, ds.eval_split))
-    # the final model's settings as the run trained it (its folder's record), its linear model's as saved
-    final = FinalModelConfig.from_mapping(xrt.train_settings["xrtransformer"]["final"])
-    config = final_model_settings(dataclasses.replace(final, model=xrt.final.config))
-    train_s = float(load_json(run_dir / "metrics.json")["timings_s"]["xrtransformer_train"])
+    r = final_model_rows(run_dir, kept)
+    ids, names = list(r.train.label_ids), list(r.train.label_names)
 
     def fit(Y, label_ids, label_names):
-        return fit_rows(X_train, Y, label_ids, config)
+        return fit_rows(r.X_train, Y, label_ids, r.config)
 
     def full(reduced):  # the run's final model, read through the reduced model's feature-row vectoriser
-        records = ModelRecords(ids, names, ranker_predict_settings(xrt.final.config))
-        return XRLinear(records, reduced.tfidf, xrt.final), train_s
+        records = ModelRecords(ids, names, ranker_predict_settings(r.model.final.config))
+        return XRLinear(records, reduced.tfidf, r.model.final), r.train_s
 
+    held = None if r.held is None else {"X": r.X_held, "Y": r.held.Y}
     return {
-        "train_Y": train.Y, "ids": ids, "names": names, "fit": fit, "X_train": X_train, "rows_s": round(t_rows, 1),
-        "full": full, "dev": {"X": X_dev, "Y": dev.Y},
+        "train_Y": r.train.Y, "ids": ids, "names": names, "fit": fit, "X_train": r.X_train, "rows_s": r.rows_s,
+        "full": full, "dev": {"X": r.X_eval, "Y": r.eval_Y}, "held_out": held,
     }  # fmt: skip
-
-
-def run_training_documents(run_dir: Path, ds):
-    """The training documents the run's models were fitted on: a calibrated run held some out of all."""
-    from common import RunFolder
-
-    from xtransformer.data.inputs import LabeledData
-
-    train, c = LabeledData.from_split(ds, "train"), RunFolder(run_dir).settings.calibration
-    return c.hold_out(train)[0] if c.enabled else train
-
-
-def split_embeddings(model, texts: list[str], kept: Path | None, split: str) -> np.ndarray:
-    """The model's embeddings of a split's texts: ``kept/<split>.npy`` when given, else encoded (and kept)."""
-    from common import embeddings
-
-    if kept is None or not (kept / f"{split}.npy").is_file():
-        return embeddings(model, texts)
-    emb = np.load(kept / f"{split}.npy")
-    if emb.shape[0] != len(texts):
-        raise SystemExit(f"error: --embeddings {kept}/{split}.npy: {emb.shape[0]} rows, not {len(texts)}")
-    return emb
 
 
 def draw(Y: sp.csr_matrix, share: float, min_docs: int, seed: int) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Where added labels go and in how many leaves, chosen on held-out training documents (never dev).
 
     python experiments/label_growth/choose_placement.py [--holdout 5000] [--seed 0]
+    python experiments/label_growth/choose_placement.py --run RUN [--embeddings DIR] --tag eurlex57k-xrtransformer
 
 EURLEX57K's training split is cut into fitted documents and ``--holdout`` seeded held-out ones. A
 seeded ``--drop`` of the labels with at least ``--min-docs`` fitted documents is held back;
@@ -11,6 +12,11 @@ the nearest centroids) and number of leaves (1, 2, 3). Every model scores the he
 (and dev, reported only) in the full label space. The choice: the fewest leaves, then the rule,
 whose held-out P@1, P@5 and nDCG@5 are all within 0.3 of ``full``; failing that, the best held-out
 P@1 + P@3 + P@5. Prints the table and writes ``<results>/label-placement-<tag>.{json,md}``.
+
+With ``--run`` the same choice is made for a calibrated XR-Transformer run's final model (its
+rows: TF-IDF ⊕ the fine-tuned encoder's embeddings): ``full`` is the run's own, ``reduced`` is
+refitted on the run's training documents, and the held-out documents are the ones the run held
+out of every model for its calibration.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from bench_label_growth import draw, in_space
+from bench_label_growth import draw, final_model_setup, in_space
 from common import compose_settings, held_out_total, holdout_rows, public_args, rounded, save_table, selection_parser
 
 GAP_KEYS = ("P@1", "P@5", "nDCG@5")
@@ -32,30 +38,32 @@ BAR = 0.3
 def main(argv: list[str] | None = None) -> None:
     ap = selection_parser(__doc__)
     ap.add_argument("--experiment", default="eurlex57k_xr_ensemble")
+    ap.add_argument(
+        "--run",
+        type=Path,
+        default=None,
+        help="a calibrated XR-Transformer run: choose for its final model, on the training documents the run "
+        "held out of every model (its calibration.holdout; --holdout is then not used)",
+    )
+    ap.add_argument(
+        "--embeddings", type=Path, default=None, help="with --run: its kept embeddings (as bench_label_growth.py)"
+    )
     ap.add_argument("--drop", type=float, default=0.1, help="share of the eligible labels held back")
     ap.add_argument("--min-docs", type=int, default=5, help="fitted documents a label needs to be drawn")
     ap.add_argument("--leaves", default="1,2,3", help="leaves per new label to try")
     args = ap.parse_args(argv)
-    from xtransformer import XRLinear, load_dataset
-
-    s = compose_settings([], args.experiment).methods["xrlinear"]
-    ds = load_dataset(compose_settings([], args.experiment).data)
-    train, dev = ds.splits["train"], ds.splits[ds.eval_split]
-    fitted, held = holdout_rows(len(train.texts), args.holdout, args.seed)
-    texts = [train.texts[i] for i in fitted]
-    Y_fit, Y_held = train.Y[fitted], train.Y[held]
-    ids, names = list(ds.vocab.ids), list(ds.label_text)
+    if args.run:
+        setup = run_setup(args.run, args.embeddings)
+    else:
+        setup = xrlinear_setup(args.experiment, args.holdout, args.seed)
+    Y_fit, X_fit, ids, names = setup["Y_fit"], setup["X_fit"], setup["ids"], setup["names"]
     dropped = draw(Y_fit, args.drop, args.min_docs, args.seed)
     keep = np.setdiff1d(np.arange(len(ids)), dropped)
-    print(f"{len(dropped)} of {len(ids)} labels held back; {len(fitted)} fitted, {len(held)} held out", flush=True)
-    t0 = time.perf_counter()
-    full = XRLinear.fit(texts, Y_fit, s, label_ids=ids, label_names=names)
-    t_full = time.perf_counter() - t0
-    kept = {"label_ids": [ids[j] for j in keep], "label_names": [names[j] for j in keep]}
-    reduced = XRLinear.fit(texts, Y_fit[:, keep], s, **kept)
-    rows_of = full.tfidf.from_texts
-    X_fit, X_held, X_dev = rows_of(texts), rows_of([train.texts[i] for i in held]), rows_of(dev.texts)
-    splits = {"holdout": (X_held, Y_held), "dev": (X_dev, dev.Y)}
+    held = setup["splits"]["holdout"][1].shape[0]
+    print(f"{len(dropped)} of {len(ids)} labels held back; {Y_fit.shape[0]} fitted, {held} held out", flush=True)
+    reduced = setup["fit"](Y_fit[:, keep], [ids[j] for j in keep], [names[j] for j in keep])
+    full, t_full = setup["full"](reduced)
+    splits = setup["splits"]
     rows = [scored({"name": "full", "seconds": round(t_full, 1)}, full, splits, ids)]
     for leaves in [int(x) for x in args.leaves.split(",")]:
         for rule in ("routes", "centroid"):
@@ -68,6 +76,47 @@ def main(argv: list[str] | None = None) -> None:
     best = choose(rows[1:])
     record = {"args": public_args(args), "n_dropped": len(dropped), "full_fit_s": round(t_full, 1)}
     save_table(args.results, f"label-placement-{args.tag}", record | {"best": best, "rows": rows}, table(rows, best))
+
+
+def xrlinear_setup(experiment: str, holdout: int, seed: int) -> dict:
+    """XR-Linear (``experiment``'s) on the training split less ``holdout`` seeded documents; ``full``
+    is fitted on all labels here, ``fit`` refits on the given ones."""
+    from xtransformer import XRLinear, load_dataset
+
+    settings = compose_settings([], experiment)
+    s, ds = settings.methods["xrlinear"], load_dataset(settings.data)
+    train, dev = ds.splits["train"], ds.splits[ds.eval_split]
+    fitted, held = holdout_rows(len(train.texts), holdout, seed)
+    texts = [train.texts[i] for i in fitted]
+    Y_fit, ids, names = train.Y[fitted], list(ds.vocab.ids), list(ds.label_text)
+    t0 = time.perf_counter()
+    full = XRLinear.fit(texts, Y_fit, s, label_ids=ids, label_names=names)
+    t_full = time.perf_counter() - t0
+    rows_of = full.tfidf.from_texts
+    return {
+        "Y_fit": Y_fit, "X_fit": rows_of(texts), "ids": ids, "names": names,
+        "fit": lambda Y, label_ids, label_names: XRLinear.fit(
+            texts, Y, s, label_ids=label_ids, label_names=label_names
+        ),
+        "full": lambda reduced: (full, t_full),
+        "splits": {
+            "holdout": (rows_of([train.texts[i] for i in held]), train.Y[held]), "dev": (rows_of(dev.texts), dev.Y)
+        },
+    }  # fmt: skip
+
+
+def run_setup(run: Path, kept: Path | None) -> dict:
+    """A calibrated XR-Transformer run's final model (``bench_label_growth.final_model_setup``), the
+    training documents it held out of every model as the held-out split."""
+    setup = final_model_setup(run, kept)
+    held = setup["held_out"]
+    if held is None:
+        raise SystemExit(f"error: --run {run}: the run held no training documents out (calibration.holdout = 0)")
+    return {
+        "Y_fit": setup["train_Y"], "X_fit": setup["X_train"], "ids": setup["ids"], "names": setup["names"],
+        "fit": setup["fit"], "full": setup["full"],
+        "splits": {"holdout": (held["X"], held["Y"]), "dev": (setup["dev"]["X"], setup["dev"]["Y"])},
+    }  # fmt: skip
 
 
 def scored(row: dict, model, splits: dict, ids: list[str]) -> dict:

@@ -364,9 +364,10 @@ def add_labels_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--placement",
         choices=("centroid", "routes"),
-        default="centroid",
-        help="where a new label goes: the leaves whose centroids are nearest it (default) or those the "
-        "model's beam reaches most often from its documents",
+        default=None,
+        help="where a new label goes: the leaves whose centroids are nearest it or those the model's beam "
+        "reaches most often from its documents (default: the method's own, routes for xrtransformer, "
+        "else centroid)",
     )
     p.add_argument("--leaves", type=int, default=None, help="leaves per new label (default 2, or the tree's λ)")
     p.add_argument(

@@ -139,7 +139,12 @@ def test_added_model_keeps_old_scores_and_records_the_addition(toy_model):
     grown = model.add_labels(texts["train"], lists)
     assert grown.label_ids == IDS and model.label_ids == IDS[:11]  # the old model is untouched
     assert grown.train_settings["added_labels"][-1]["ids"] == ["L11"]
+    assert grown.train_settings["added_labels"][-1]["placement"] == "centroid"  # XR-Linear's own rule
     assert grown.report["added_labels"]["n_added"] == 1 and "L11" in grown.report["added_labels"]["leaves"]
+    assert grown.report["added_labels"]["placement"]["by_centroid"] == 1
+    by_routes = model.add_labels(texts["train"], lists, placement="routes")
+    assert by_routes.train_settings["added_labels"][-1]["placement"] == "routes"
+    assert by_routes.report["added_labels"]["placement"]["by_routes"] == 1
     a, b = model.predict_csr(texts["dev"]).tocoo(), grown.predict_csr(texts["dev"]).tocsr()
     shared = np.asarray(b[a.row, a.col]).ravel()
     assert np.array_equal(a.data[shared != 0], shared[shared != 0]) and (shared != 0).sum() > 0
@@ -200,6 +205,11 @@ def test_neural_combination_adds_labels_to_every_member(tmp_path):
     )
     grown = combo.add_labels(texts["train"], lists)
     assert [m.label_ids for m in grown.members] == [IDS, IDS]
+    # each member places the label by its own rule: XR-Transformer's final model by routes
+    per_member = grown.report["added_labels"]
+    assert per_member["xrtransformer"]["placement"]["by_routes"] == 1
+    assert per_member["xrlinear"]["placement"]["by_centroid"] == 1
+    assert [m.train_settings["added_labels"][-1]["placement"] for m in grown.members] == ["routes", "centroid"]
     a, b = combo.members[0].predict_csr(texts["dev"]).tocoo(), grown.members[0].predict_csr(texts["dev"]).tocsr()
     shared = np.asarray(b[a.row, a.col]).ravel()
     assert np.array_equal(a.data[shared != 0], shared[shared != 0])

@@ -1,6 +1,6 @@
 """Where a label added to a trained tree goes: the leaf clusters nearest it, or those its documents reach.
 
-Two rules (``Placing.by``). ``centroid`` (the default): the leaves whose centroids are nearest the
+Two rules (``Placing.by``). ``centroid``: the leaves whose centroids are nearest the
 label in the representation the tree was indexed with: a label's PIFA row (the unit sum of its
 documents' features, ``representations.pifa``) and a leaf's centroid (the unit sum of the PIFA rows
 of the old labels in it), both computed from the documents given. A leaf none of whose labels
@@ -11,9 +11,11 @@ stay frozen: a leaf the beam does not reach from a document can never rank the l
 go to the nearer centroid.
 
 A new label sits in ``Placing.leaves`` leaves (default: two, or the tree's λ where it is larger),
-each with its own weights, merged as a disentangled label's copies are. On EURLEX57K, held-out
-training documents chose two leaves by centroid: the fewest leaves within 0.3 of a model trained
-with the labels from the start on P@1, P@5 and nDCG@5 (``experiments/label_growth``).
+each with its own weights, merged as a disentangled label's copies are. Without a rule a method
+uses its own (``XMCModel.default_placement``). On EURLEX57K, held-out training documents chose, as
+the fewest leaves within 0.3 of a model trained with the labels from the start on P@1, P@5 and
+nDCG@5 (``experiments/label_growth``): two leaves by centroid for XR-Linear (routes missed there),
+two by routes for XR-Transformer's final model (routes first among equally many leaves).
 """
 
 from __future__ import annotations
@@ -35,19 +37,24 @@ DEFAULT_LEAVES = 2
 
 @dataclass(frozen=True)
 class Placing:
-    """How new labels are placed: ``by`` one of ``PLACEMENTS``; ``leaves`` per new label (None:
-    ``DEFAULT_LEAVES``, or the tree's λ where it is larger). Checked when made (one line)."""
+    """How new labels are placed: ``by`` one of ``PLACEMENTS`` (None: the method's own, see
+    :meth:`resolved`); ``leaves`` per new label (None: ``DEFAULT_LEAVES``, or the tree's λ where it
+    is larger). Checked when made (one line)."""
 
-    by: str = "centroid"
+    by: str | None = None
     leaves: int | None = None
 
     def __post_init__(self) -> None:
-        if self.by not in PLACEMENTS:
+        if self.by is not None and self.by not in PLACEMENTS:
             raise IndexingError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.by!r}")
         if self.leaves is not None and (isinstance(self.leaves, bool) or not isinstance(self.leaves, int)):
             raise IndexingError(f"leaves must be a whole number >= 1, got {self.leaves!r}")
         if self.leaves is not None and self.leaves < 1:
             raise IndexingError(f"leaves must be >= 1, got {self.leaves}")
+
+    def resolved(self, default: str) -> Placing:
+        """This placing with ``default`` as its rule where it names none."""
+        return self if self.by is not None else Placing(default, self.leaves)
 
     def n_leaves(self, C: sp.spmatrix) -> int:
         """Leaves per new label in the tree whose leaf level is ``C`` (``L x K``)."""

@@ -84,6 +84,9 @@ class XMCModel:
     kind: ClassVar[str] = ""  # the registry's name of the method, and the manifest's components.kind
     settings_class: ClassVar[type[Settings] | None] = None  # the typed record fit takes
     collective: ClassVar[bool] = False  # fit shares work across the processes of a DDP run
+    # where add_labels puts a new label unless told (indexing/placement.py: chosen per method on
+    # held-out training documents); None: each member's own (a combination)
+    default_placement: ClassVar[str | None] = "centroid"
     needs_text: bool = False  # True: predicts from texts only (an encoder reads them)
 
     def __init__(self, records: ModelRecords):
@@ -190,7 +193,7 @@ class XMCModel:
         label_ids: Sequence[str] | None = None,
         label_names: Sequence[str] | None = None,
         new_labels: Sequence[str] | None = None,
-        placement: str = "centroid",
+        placement: str | None = None,
         leaves: int | None = None,
     ) -> XMCModel:
         """A new model: this one with the labels the documents carry that it lacks (or exactly
@@ -199,7 +202,8 @@ class XMCModel:
         are; ``save`` the new one to a new folder. ``inputs`` / ``labels`` / ``label_ids`` /
         ``label_names``: as :meth:`fit` takes them (names name the new labels). ``placement``:
         ``centroid`` (the nearest leaves) or ``routes`` (those the model reaches from the label's
-        documents); ``leaves``: leaves per new label, default 2 (``indexing/placement.py``)."""
+        documents), default the method's ``default_placement``; ``leaves``: leaves per new label,
+        default 2 (``indexing/placement.py``)."""
         import dataclasses
         import time
 
@@ -214,7 +218,7 @@ class XMCModel:
         model = self._add_labels(plan)
         if self.zero_shot is not None:  # old indices stand; the label space grew
             model.zero_shot = dataclasses.replace(self.zero_shot, n_labels=model.n_labels)
-        history = [*self.train_settings.get("added_labels", []), plan.record()]
+        history = [*self.train_settings.get("added_labels", []), plan.record(self.default_placement)]
         model.train_settings = {**self.train_settings, "added_labels": history}
         model.report = {"added_labels": plan.summary() | model.report | {"seconds": time.perf_counter() - start}}
         return model

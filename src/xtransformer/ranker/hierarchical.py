@@ -185,7 +185,7 @@ class HierarchicalLinear:
         are shared, unchanged. Returns it and a report."""
         from xtransformer.indexing.placement import Placing, place_labels  # here: indexing imports the ranker
 
-        placing = placing or Placing()
+        placing = (placing or Placing()).resolved("centroid")
         X = as_features(X)
         routes = self.predict_clusters(X)
         C = self.chain[-1]

@@ -53,6 +53,7 @@ class Combination(XMCModel):
     or ``softmax-average``; prediction settings ``method``, ``weights``, ``topk``."""
 
     kind = "ensemble"
+    default_placement = None  # every member places new labels by its own rule
     settings_class = CombinationSettings
 
     def __init__(

@@ -43,6 +43,7 @@ class XRTransformer(NeuralModel):
     optionally combined with the label-level head (``combine_head``)."""
 
     kind = "xrtransformer"
+    default_placement = "routes"  # two leaves by routes: within 0.3 of retraining on held-out documents
     settings_class = XRTransformerSettings
 
     def __init__(
@@ -153,9 +154,9 @@ class XRTransformer(NeuralModel):
 
     # ------------------------------------------------------------------ growing
     def _add_labels(self, plan: Any) -> XRTransformer:
-        """New labels in the final tree as ``plan.placing`` says (by default the leaves nearest their
-        PIFA rows over TF-IDF ⊕ the fine-tuned embeddings, what ``final.tree: recluster`` indexed), and
-        in the fine-tuning tree at its λ nearest leaves (it has no beam of its own to route by)."""
+        """New labels in the final tree as ``plan.placing`` says (by default the leaves the final
+        model's beam reaches most often from their documents, read as TF-IDF ⊕ the fine-tuned
+        embeddings), and in the fine-tuning tree at its λ nearest leaves (it has no beam of its own)."""
         from xtransformer.indexing.placement import grow_chain, leaves_per_label, place_labels
         from xtransformer.methods.adding import grown_report
 
@@ -163,7 +164,7 @@ class XRTransformer(NeuralModel):
         emb, _ = self.embed(texts, self.predict_settings, progress=True)
         X = self.tfidf.from_texts(texts)
         feats = final_features(self.features["kind"], X, emb, self.features["neural_weight"])
-        final, report = self.final.add_labels(feats, plan.data.Y, placing=plan.placing)
+        final, report = self.final.add_labels(feats, plan.data.Y, placing=plan.placing.resolved(self.default_placement))
         final.config = self.final.config
         chain = self.chain
         if chain is not None:
