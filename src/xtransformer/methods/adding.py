@@ -40,10 +40,9 @@ class Additions:
         counts = np.diff(sp.csc_matrix(self.data.Y[:, self.n_old :]).indptr)
         return {"n_added": len(self.new_ids), "n_docs": len(self.data), "docs_per_new_label_min": int(counts.min())}
 
-    def record(self, default: str | None) -> dict:
-        """What the grown model's training record keeps of this addition (provenance); ``default``:
-        the rule the model uses when none was asked for."""
-        return {"ids": list(self.new_ids), "n_docs": len(self.data), "placement": self.placing.by or default}
+    def record(self) -> dict:
+        """What the grown model's training record keeps of this addition (provenance)."""
+        return {"ids": list(self.new_ids), "n_docs": len(self.data), "placement": self.placing.by}
 
 
 def plan_additions(

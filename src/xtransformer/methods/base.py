@@ -211,6 +211,8 @@ class XMCModel:
         from xtransformer.methods.adding import plan_additions
 
         placing = Placing(placement, leaves)  # bad settings fail before any data work
+        if self.default_placement is not None:  # a combination leaves the rule to each member
+            placing = placing.resolved(self.default_placement)
         data = LabeledData.build(inputs, labels, label_ids, label_names)
         plan = plan_additions(self.label_ids, self.label_names, data, new_labels, placing)
         start = time.perf_counter()
@@ -218,7 +220,7 @@ class XMCModel:
         model = self._add_labels(plan)
         if self.zero_shot is not None:  # old indices stand; the label space grew
             model.zero_shot = dataclasses.replace(self.zero_shot, n_labels=model.n_labels)
-        history = [*self.train_settings.get("added_labels", []), plan.record(self.default_placement)]
+        history = [*self.train_settings.get("added_labels", []), plan.record()]
         model.train_settings = {**self.train_settings, "added_labels": history}
         model.report = {"added_labels": plan.summary() | model.report | {"seconds": time.perf_counter() - start}}
         return model

@@ -98,7 +98,7 @@ class XRLinear(XMCModel):
 
         d = plan.data
         X = self.tfidf.from_texts(d.texts) if d.texts is not None else self.tfidf.from_features(d.features)
-        model, report = self.model.add_labels(X, d.Y, placing=plan.placing.resolved(self.default_placement))
+        model, report = self.model.add_labels(X, d.Y, placing=plan.placing)
         model.config = self.model.config
         out = XRLinear(self.grown_records(plan), self.tfidf, model)
         out.report = grown_report(report, plan.new_ids)

@@ -164,7 +164,7 @@ class XRTransformer(NeuralModel):
         emb, _ = self.embed(texts, self.predict_settings, progress=True)
         X = self.tfidf.from_texts(texts)
         feats = final_features(self.features["kind"], X, emb, self.features["neural_weight"])
-        final, report = self.final.add_labels(feats, plan.data.Y, placing=plan.placing.resolved(self.default_placement))
+        final, report = self.final.add_labels(feats, plan.data.Y, placing=plan.placing)
         final.config = self.final.config
         chain = self.chain
         if chain is not None:

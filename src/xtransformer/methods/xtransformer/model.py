@@ -159,8 +159,7 @@ class XTransformer(NeuralModel):
         index_name = self.train_settings.get("indexing", {}).get("name", "pifa_tfidf")
         C = self.chain.leaf_assignment
         X_index = X if index_name == "pifa_tfidf" else feats
-        placing = plan.placing.resolved(self.default_placement)
-        placed = place_labels(plan.data.Y, X_index, C, placing.n_leaves(C), topb, by=placing.by)
+        placed = place_labels(plan.data.Y, X_index, C, plan.placing.n_leaves(C), topb, by=plan.placing.by)
         ranker, report = self.ranker.add_labels(feats, plan.data.Y, placed.leaves, topb)
         ranker.config = self.ranker.config
         out = XTransformer(
