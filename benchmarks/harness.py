@@ -130,7 +130,7 @@ def merge_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     names = {r["settings"]["problem"] for r in results}
     if len(names) > 1:
         raise ValueError(f"--rerender: the results are of different problems {sorted(names)}")
-    runs = [run for r in results for run in r["runs"]]
+    runs = [run for r in results for run in _named_apart(r, results)]
     ran = {run["system"] for run in runs}
     skipped = {k: v for r in results for k, v in r["skipped"].items() if k not in ran}
     sources = [
@@ -138,6 +138,30 @@ def merge_results(results: list[dict[str, Any]]) -> dict[str, Any]:
         for r in results
     ]
     return {**first, "runs": runs, "skipped": skipped, "sources": sources}
+
+
+def _named_apart(result: dict[str, Any], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``result``'s runs, a system that another result also ran named by its steps scale (PECOS's
+    recipe beside a tenth of it: two rows, not one row's repeats overwriting each other). The same
+    system at the same scale in two results is refused: their repeats would collide."""
+    out = []
+    for run in result["runs"]:
+        others = [r for r in results if r is not result and run["system"] in {x["system"] for x in r["runs"]}]
+        if not others:
+            out.append(run)
+            continue
+        scale = _steps_scale(run)
+        if any(_steps_scale(x) == scale for r in others for x in r["runs"] if x["system"] == run["system"]):
+            raise ValueError(
+                f"--rerender: {run['system']} ran in more than one of the results with the same settings; "
+                "give one of them alone, or run it again with --repeats"
+            )
+        out.append(run if scale is None else run | {"system": f"{run['system']} (steps x{scale:g})"})
+    return out
+
+
+def _steps_scale(run: dict[str, Any]) -> float | None:
+    return ((run.get("timings") or {}).get("info") or {}).get("steps_scale")
 
 
 def _failure(error: str) -> str:

@@ -158,3 +158,17 @@ def test_rerender_merges_results_of_one_problem_with_their_sources_and_load(tmp_
     assert "CPU s / wall s of each run" in table and "later-peer" in table.split("CPU s / wall s")[1]
     with pytest.raises(BenchmarkArgError, match="--tag"):
         main(["--rerender", str(first), str(tmp_path / "later.json")])
+    with pytest.raises(BenchmarkArgError, match="popular ran in more than one"):
+        main(["--rerender", str(first), str(first), "--tag", "twice", "--out", str(tmp_path)])
+
+
+def test_rerender_keeps_one_system_at_two_steps_scales_as_two_rows(tmp_path: Path) -> None:
+    from benchmarks.harness import merge_results
+
+    def result(scale: float, p1: float) -> dict:
+        run = {"system": "pecos-xrt", "repeat": 0, "ok": True, "timings": {"info": {"steps_scale": scale}}}
+        return {"settings": {"problem": "p", "date": "d"}, "commit": "c", "skipped": {}, "runs": [run | {"p1": p1}]}
+
+    merged = merge_results([result(0.1, 1.0), result(1.0, 2.0)])
+    names = [(r["system"], r["p1"]) for r in merged["runs"]]
+    assert names == [("pecos-xrt (steps x0.1)", 1.0), ("pecos-xrt (steps x1)", 2.0)]
