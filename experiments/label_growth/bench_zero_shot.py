@@ -1,15 +1,16 @@
 """Zero-shot labels on EURLEX57K dev: a finished XR-Transformer run's models with their label texts.
 
     # RUN: the output folder of `python train.py experiment=eurlex57k_xr` (or _xr_ensemble)
-    python experiments/label_growth/bench_zero_shot.py --run RUN [--sample 2000]
+    python experiments/label_growth/bench_zero_shot.py --run RUN [--sample 2000] [--bounds 5:0]
 
 ``fit_zero_shot`` is fitted on ``--sample`` seeded training documents for each of the run's two
 models (XR-Transformer: the fine-tuned encoder's embeddings of the label names and alternative
 names; XR-Linear: their TF-IDF), then every model (each member and the run's combination) scores
-the dev split with ``zero_shot_labels`` false and true. The table gives P@1 / P@5 / nDCG@5 over
-all labels and RP@5 / nDCG@5 per label group (Chalkidis et al. 2020: frequent > 50 training
-documents, few-shot 1-50, zero-shot none; each group's labels ranked alone, over the documents
-with a label in it). Writes ``<results>/zero-shot-<tag>.{json,md}``.
+the dev split with ``zero_shot_labels`` false and true (the bounds ``zero_shot_per_doc`` and
+``zero_shot_floor`` as ``fit_zero_shot`` sets them, and as each ``--bounds PER_DOC:FLOOR`` says).
+The table gives P@1 / P@5 / nDCG@5 over all labels and RP@5 / nDCG@5 per label group (Chalkidis
+et al. 2020: frequent > 50 training documents, few-shot 1-50, zero-shot none; each group's labels
+ranked alone, over the documents with a label in it). Writes ``<results>/zero-shot-<tag>.{json,md}``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--tag", default="eurlex57k")
+    ap.add_argument("--bounds", default="", help="more zero_shot_per_doc:zero_shot_floor pairs to score, e.g. 5:0")
     args = ap.parse_args(argv)
     from xtransformer import XMCModel, load_dataset
     from xtransformer.data.inputs import LabeledData
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     combo.fit_zero_shot(train, sample=args.sample, seed=args.seed)
     fit_s = time.perf_counter() - t0
     print(f"zero-shot parts fitted in {fit_s:.0f} s", flush=True)
-    preds = member_predictions(combo, dev.texts)
+    preds = member_predictions(combo, dev.texts, bounds_of(args.bounds))
     rows = []
     for name, pred in preds.items():
         rows.append(scores(name, pred, dev.Y, train.Y))
@@ -63,23 +65,42 @@ def main(argv: list[str] | None = None) -> None:
     save_table(args.results, f"zero-shot-{args.tag}", record, table(record))
 
 
-def member_predictions(combo, texts: list[str]) -> dict:
-    """Each member's dev scores with ``zero_shot_labels`` false and true, and the combination's of
-    each (``combine``: what the combination's ``predict`` does with its members' scores)."""
-    out = {}
-    for zs in (False, True):
-        parts = []
-        for m in combo.members:
-            topk = max(int(combo.predict_settings["topk"]), int(m.predict_settings["topk"]))
-            t0 = time.perf_counter()
-            parts.append(m.predict_csr(texts, topk=topk, zero_shot_labels=zs))
-            print(f"{m.method} zero_shot_labels={zs}: {time.perf_counter() - t0:.0f} s", flush=True)
-            out[(m.method, zs)] = parts[-1]
-        out[(combo.method, zs)] = combo.combine(parts, zero_shot_labels=zs)
+def bounds_of(text: str) -> list[dict]:
+    """``"5:0,3:0.1"`` as prediction settings; first the defaults ``fit_zero_shot`` wrote (none)."""
+    out: list[dict] = [{}]
+    for pair in filter(None, text.split(",")):
+        per_doc, _, floor = pair.partition(":")
+        out.append({"zero_shot_per_doc": int(per_doc), "zero_shot_floor": float(floor or 0)})
     return out
 
 
-def scores(name: tuple[str, bool], pred, Y, train_Y) -> dict:
+def member_predictions(combo, texts: list[str], bounds: list[dict]) -> dict:
+    """Each member's dev scores with ``zero_shot_labels`` false, and true under each of ``bounds``,
+    and the combination's of each (``combine``: what the combination's ``predict`` does with its
+    members' scores)."""
+    out = {}
+    for calls in [{"zero_shot_labels": False}, *({"zero_shot_labels": True} | b for b in bounds)]:
+        parts = []
+        name = label(calls, combo.predict_settings)
+        for m in combo.members:
+            topk = max(int(combo.predict_settings["topk"]), int(m.predict_settings["topk"]))
+            t0 = time.perf_counter()
+            parts.append(m.predict_csr(texts, topk=topk, **calls))
+            print(f"{m.method} {name}: {time.perf_counter() - t0:.0f} s", flush=True)
+            out[(m.method, name)] = parts[-1]
+        out[(combo.method, name)] = combo.combine(parts, **calls)
+    return out
+
+
+def label(calls: dict, defaults: dict) -> str:
+    """How a row names its zero-shot settings: false, or true with its bounds."""
+    if not calls["zero_shot_labels"]:
+        return "false"
+    both = {**defaults, **calls}
+    return f"true ({both['zero_shot_per_doc']} a doc, floor {both['zero_shot_floor']:g})"
+
+
+def scores(name: tuple[str, str], pred, Y, train_Y) -> dict:
     from xtransformer.metrics import evaluate, group_metrics
 
     overall = evaluate(Y, pred)

@@ -52,6 +52,47 @@ def test_zero_shot_label_is_scored_from_its_text_only_when_asked(zero_shot_model
     assert loaded.predict([doc], k=3) == model.predict([doc], k=3)
 
 
+def test_zero_shot_bounds_limit_what_a_document_gains(zero_shot_model, tmp_path):
+    model, texts, lists, names = zero_shot_model
+    model.fit_zero_shot(texts["train"], lists)
+    doc = texts["train"][0] + " " + names[11].split()[0]  # one of L11's keywords: a middling match
+    off = model.predict_csr([doc])
+    on = model.predict_csr([doc], zero_shot_labels=True)
+    (a, b), zs = model.zero_shot.text_fit, model.zero_shot
+    cos = float((model.tfidf.from_texts([doc]) @ zs.rows.T).toarray()[0, 0]) - float(zs.centre[0])
+    chance = 1.0 / (1.0 + np.exp(-(a * cos + b)))
+    assert 0.1 < chance < 0.9 and on[0, 11] > off[0, 11]
+    assert (model.predict_csr([doc], zero_shot_labels=True, zero_shot_per_doc=0) != off).nnz == 0
+    kept = model.predict_csr([doc], zero_shot_labels=True, zero_shot_floor=chance - 0.05)
+    assert (kept != on).nnz == 0  # a floor under the label's chance keeps it, at the same score
+    assert (model.predict_csr([doc], zero_shot_labels=True, zero_shot_floor=chance + 0.05) != off).nnz == 0
+    for key, bad in (("zero_shot_per_doc", -1), ("zero_shot_per_doc", 1.5), ("zero_shot_floor", 1.0)):
+        with pytest.raises(ModelError) as err:
+            model.predict([doc], zero_shot_labels=True, **{key: bad})
+        assert key in str(err.value) and "\n" not in str(err.value)
+    model.predict_settings["zero_shot_floor"] = chance + 0.05  # a setting saved with the model, read back
+    model.save(tmp_path / "floor")
+    model.predict_settings["zero_shot_floor"] = 0.0
+    assert (XMCModel.load(tmp_path / "floor").predict_csr([doc], zero_shot_labels=True) != off).nnz == 0
+
+
+def test_a_combination_hands_its_zero_shot_settings_to_every_member(zero_shot_model, tmp_path):
+    from xtransformer import Combination
+
+    model, texts, lists, names = zero_shot_model
+    combo = Combination([model, XRLinear.fit(texts["train"], lists, label_ids=IDS, label_names=names)])
+    combo.fit_zero_shot(texts["train"], lists)
+    assert {"zero_shot_labels", "zero_shot_per_doc", "zero_shot_floor"} <= set(combo.predict_settings)
+    doc = texts["train"][0] + " " + names[11]
+    off, on = combo.predict_csr([doc]), combo.predict_csr([doc], zero_shot_labels=True)
+    assert on[0, 11] > off[0, 11]
+    combo.predict_settings["zero_shot_per_doc"] = 0  # saved, read back, handed to the members
+    combo.save(tmp_path / "combo")
+    loaded = XMCModel.load(tmp_path / "combo")
+    assert (loaded.predict_csr([doc], zero_shot_labels=True) != off).nnz == 0
+    assert (loaded.predict_csr([doc], zero_shot_labels=True, zero_shot_per_doc=5) != on).nnz == 0
+
+
 def test_zero_shot_needs_a_label_without_documents(zero_shot_model):
     model, texts, _, _ = zero_shot_model
     _, Y, _ = toy_xmc()

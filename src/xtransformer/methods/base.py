@@ -34,6 +34,7 @@ import scipy.sparse as sp
 from xtransformer.calibration import DECISION_KEYS, Calibration, CalibrationConfig, DecisionSettings
 from xtransformer.calibration.calibrator import row_ranks
 from xtransformer.data.inputs import LabeledData
+from xtransformer.methods.zeroshot import SETTINGS as ZERO_SHOT_SETTINGS
 from xtransformer.methods.zeroshot import ZERO_SHOT_DIR, ZeroShot
 from xtransformer.model.folder import (
     LABELS,
@@ -241,14 +242,15 @@ class XMCModel:
         """Score the labels no document of ``inputs`` / ``labels`` (the training documents, in this
         model's label space) carries from their names (``methods/zeroshot.py``), calibrated on a
         seeded ``sample`` of those documents; prediction setting ``zero_shot_labels`` (false by
-        default) turns it on. Returns this model, changed: ``save`` it to keep the part."""
+        default) turns it on; ``zero_shot_per_doc`` and ``zero_shot_floor`` bound what a document
+        gains. Returns this model, changed: ``save`` it to keep the part."""
         from xtransformer.methods.zeroshot import fit_zero_shot
 
         data = LabeledData.build(inputs, labels, self.label_ids, self.label_names)
         zero = np.flatnonzero(np.diff(sp.csc_matrix(data.Y).indptr) == 0)
         if not len(zero):
             raise ModelError("every label has training documents: there is no zero-shot label to score")
-        self.predict_settings.setdefault("zero_shot_labels", False)
+        self.predict_settings = {**ZERO_SHOT_SETTINGS, **self.predict_settings}
         rows = np.sort(np.random.default_rng(seed).permutation(len(data))[:sample])
         pred, D = self._calibration_pass(data, rows)
         self.zero_shot = fit_zero_shot(D, self._label_rows(self.label_names), data.Y[rows], pred, zero)
@@ -322,7 +324,7 @@ class XMCModel:
         settings = self.settings(overrides)
         pred = self._predict_features(X, settings)
         if self.zero_shot is not None and settings.get("zero_shot_labels"):
-            pred = self.zero_shot.merge(pred, self._feature_rows(X), int(settings["topk"]))
+            pred = self.zero_shot.merge(pred, self._feature_rows(X), settings)
         return pred
 
     def predict(self, texts: Sequence[str], k: int = 5, **overrides: Any) -> list[dict[str, Any]]:
@@ -488,7 +490,7 @@ class XMCModel:
         report = report if report is not None or zero_shot is None else {}
         pred = self._predict_texts(some, settings, report)
         if zero_shot is not None:  # the rows the method read the texts into: TF-IDF or embeddings
-            pred = zero_shot.merge(pred, report["zero_shot_rows"], int(settings["topk"]))
+            pred = zero_shot.merge(pred, report["zero_shot_rows"], settings)
         return pred if keep.all() else empty_rows_csr(pred, keep)
 
     def _predict_texts(
@@ -551,6 +553,8 @@ class XMCModel:
         model = target._load(folder, manifest["components"], records, verify)
         if "zero_shot" in manifest["components"]:
             model.zero_shot = ZeroShot.load(folder / manifest["components"]["zero_shot"])
+        if "zero_shot_labels" in model.predict_settings:  # folders saved before the two bounds were settings
+            model.predict_settings = {**ZERO_SHOT_SETTINGS, **model.predict_settings}
         if "calibration" in manifest["components"]:
             model.calibration = Calibration.load(folder / manifest["components"]["calibration"])
         model.folder, model.manifest = folder, manifest

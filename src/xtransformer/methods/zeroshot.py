@@ -10,7 +10,10 @@ right, each by a logistic fit on training documents (cosines of the trained labe
 model's own scores, against the documents' labels), and a cosine becomes the trained score of the
 same chance. The
 model's scores on documents it was trained on are optimistic, so zero-shot scores land low: a
-zero-shot label displaces a trained one only when its text matches well.
+zero-shot label displaces a trained one only when its text matches well. Two prediction settings
+bound what a document gains: ``zero_shot_per_doc`` labels at most, each with a chance of at least
+``zero_shot_floor`` by the cosine's fit (labels without documents are rare, so the fit, made on
+trained labels, overrates them).
 """
 
 from __future__ import annotations
@@ -27,7 +30,11 @@ from xtransformer.utils.io import load_csr, load_json, save_csr, save_json
 from xtransformer.utils.rows import dense_f32
 
 ZERO_SHOT_DIR = "zero_shot"
-PER_DOC = 5  # zero-shot labels a document may gain (the metrics read its top 5)
+# What a document may gain, chosen on held-out training documents (experiments/label_growth/choose_zero_shot.py):
+PER_DOC = 2  # zero-shot labels at most
+FLOOR = 0.3  # the least chance (by the cosine's fit) a zero-shot label needs to enter a document's list
+BOUNDS = ("zero_shot_per_doc", "zero_shot_floor")
+SETTINGS = {"zero_shot_labels": False, BOUNDS[0]: PER_DOC, BOUNDS[1]: FLOOR}  # what fit_zero_shot adds
 PAIRS_PER_DOC = 20  # best-matching trained label texts per calibration document
 
 
@@ -44,24 +51,31 @@ class ZeroShot:
     ceiling: float  # the highest trained score seen: a text match never outranks the surest trained label
     centre: np.ndarray  # each zero-shot label's mean cosine over the calibration documents (hubness)
 
-    def scores(self, D: np.ndarray | sp.spmatrix) -> sp.csr_matrix:
-        """``N x L`` (zero-shot columns only): each document's ``PER_DOC`` best-matching zero-shot
-        labels, their cosines mapped onto the trained scores' scale (non-positive ones dropped)."""
+    def scores(self, D: np.ndarray | sp.spmatrix, per_doc: int = PER_DOC, floor: float = FLOOR) -> sp.csr_matrix:
+        """``N x L`` (zero-shot columns only): each document's ``per_doc`` best-matching zero-shot
+        labels whose cosine gives a chance of at least ``floor``, mapped onto the trained scores'
+        scale (non-positive ones dropped)."""
         sims = dense_f32(D @ self.rows.T) - self.centre
         (a, b), (c, d) = self.text_fit, self.score_fit
         n, width = sims.shape
-        keep = min(PER_DOC, width)
-        top = np.argpartition(-sims, keep - 1, axis=1)[:, :keep] if width else np.zeros((n, 0), np.int64)
+        keep = min(per_doc, width)
+        if keep == 0:
+            return sp.csr_matrix((n, self.n_labels), dtype=np.float32)
+        top = np.argpartition(-sims, keep - 1, axis=1)[:, :keep]
         cos = np.take_along_axis(sims, top, axis=1)
-        score = np.clip((a * cos + b - d) / c, 0.0, self.ceiling).astype(np.float32)
-        ok = score > 0
+        logit = a * cos + b
+        score = np.clip((logit - d) / c, 0.0, self.ceiling).astype(np.float32)
+        ok = (score > 0) & (logit >= _logit(floor))
         rows = np.repeat(np.arange(n), keep).reshape(n, keep)
         return sp.csr_matrix((score[ok], (rows[ok], self.labels[top[ok]])), shape=(n, self.n_labels))
 
-    def merge(self, pred: sp.csr_matrix, D: np.ndarray | sp.spmatrix, k: int) -> sp.csr_matrix:
-        """``pred`` with the zero-shot labels' scores added (they have none there), top ``k`` kept."""
-        both = concat([Candidates.from_csr(pred), Candidates.from_csr(self.scores(D))], pred.shape[0])
-        return topk(dedupe_max(both), k).to_csr(pred.shape[1])  # grouped by document, one entry a label
+    def merge(self, pred: sp.csr_matrix, D: np.ndarray | sp.spmatrix, settings: dict) -> sp.csr_matrix:
+        """``pred`` with the zero-shot labels' scores added (they have none there), top ``topk`` kept;
+        ``settings``: the call's prediction settings (``topk`` and the two zero-shot bounds)."""
+        per_doc, floor = zero_shot_bounds(settings)
+        extra = self.scores(D, per_doc, floor)
+        both = concat([Candidates.from_csr(pred), Candidates.from_csr(extra)], pred.shape[0])
+        return topk(dedupe_max(both), int(settings["topk"])).to_csr(pred.shape[1])  # one entry a label
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -89,6 +103,21 @@ class ZeroShot:
         fits = tuple(meta["text_fit"]), tuple(meta["score_fit"])
         centre = np.load(folder / "centre.npy")
         return cls(np.load(folder / "labels.npy"), rows, *fits, meta["n_labels"], meta["ceiling"], centre)
+
+
+def zero_shot_bounds(settings: dict) -> tuple[int, float]:
+    """``zero_shot_per_doc`` and ``zero_shot_floor`` of ``settings`` (defaults for models saved
+    without them), checked: one line naming the setting."""
+    per_doc, floor = settings.get("zero_shot_per_doc", PER_DOC), settings.get("zero_shot_floor", FLOOR)
+    if isinstance(per_doc, bool) or not isinstance(per_doc, int) or per_doc < 0:
+        raise ModelError(f"zero_shot_per_doc must be an integer >= 0, got {per_doc!r}")
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0.0 <= floor < 1.0:
+        raise ModelError(f"zero_shot_floor must be a chance in [0, 1), got {floor!r}")
+    return per_doc, float(floor)
+
+
+def _logit(p: float) -> float:
+    return -np.inf if p <= 0.0 else float(np.log(p / (1.0 - p)))
 
 
 def fit_zero_shot(

@@ -19,6 +19,8 @@ import scipy.sparse as sp
 from xtransformer.ensemble import METHODS as RULES
 from xtransformer.ensemble import ensemble_predictions
 from xtransformer.methods.base import ModelRecords, XMCModel
+from xtransformer.methods.zeroshot import BOUNDS as ZERO_SHOT_BOUNDS
+from xtransformer.methods.zeroshot import SETTINGS as ZERO_SHOT_SETTINGS
 from xtransformer.model.folder import ModelError
 from xtransformer.settings import Settings
 
@@ -123,17 +125,18 @@ class Combination(XMCModel):
 
     @staticmethod
     def _member_settings(member: XMCModel, settings: Mapping[str, Any]) -> dict[str, Any]:
-        """What a member's call gets: a top-k as wide as either's, and the zero-shot switch if it has one."""
+        """What a member's call gets: a top-k as wide as either's, and the zero-shot settings if it has them."""
         out = {"topk": max(int(settings["topk"]), int(member.predict_settings["topk"]))}
         if "zero_shot_labels" in member.predict_settings:
             out["zero_shot_labels"] = bool(settings.get("zero_shot_labels"))
+            out |= {k: settings[k] for k in ZERO_SHOT_BOUNDS if k in settings}
         return out
 
     def fit_zero_shot(self, inputs: Any, labels: Any = None, sample: int = 2000, seed: int = 0) -> Combination:
         """Every member scores the labels without documents from their text; combined as before."""
         for member in self.members:
             member.fit_zero_shot(inputs, labels, sample, seed)
-        self.predict_settings.setdefault("zero_shot_labels", False)
+        self.predict_settings = {**ZERO_SHOT_SETTINGS, **self.predict_settings}
         self.folder = None
         return self
 
