@@ -68,7 +68,7 @@ def test_zero_shot_bounds_limit_what_a_document_gains(zero_shot_model, tmp_path)
     assert (model.predict_csr([doc], zero_shot_labels=True, zero_shot_floor=chance + 0.05) != off).nnz == 0
     for key, bad in (("zero_shot_per_doc", -1), ("zero_shot_per_doc", 1.5), ("zero_shot_floor", 1.0)):
         with pytest.raises(ModelError) as err:
-            model.predict([doc], zero_shot_labels=True, **{key: bad})
+            model.predict([doc], **{key: bad})
         assert key in str(err.value) and "\n" not in str(err.value)
     model.predict_settings["zero_shot_floor"] = chance + 0.05  # a setting saved with the model, read back
     model.save(tmp_path / "floor")

@@ -35,7 +35,7 @@ from xtransformer.calibration import DECISION_KEYS, Calibration, CalibrationConf
 from xtransformer.calibration.calibrator import row_ranks
 from xtransformer.data.inputs import LabeledData
 from xtransformer.methods.zeroshot import SETTINGS as ZERO_SHOT_SETTINGS
-from xtransformer.methods.zeroshot import ZERO_SHOT_DIR, ZeroShot
+from xtransformer.methods.zeroshot import ZERO_SHOT_DIR, ZeroShot, zero_shot_bounds
 from xtransformer.model.folder import (
     LABELS,
     PREDICT_SETTINGS,
@@ -300,6 +300,8 @@ class XMCModel:
                 f"it takes {sorted(self.predict_settings)}"
             )
         out = {**self.predict_settings, **{k: v for k, v in overrides.items() if v is not None}}
+        if "zero_shot_labels" in out:
+            zero_shot_bounds(out)  # one line naming a bad bound, whether or not this call asks for zero-shot labels
         if self.calibration is not None:
             if "threshold" in asked and "decision" not in asked and out["decision"] == "topk":
                 out["decision"] = "threshold"
