@@ -145,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="pecos-xrt: every level's steps and warm-up steps of PECOS's recipe times this (CPU runs)",
     )
+    p.add_argument(
+        "--pecos-batch-workers",
+        type=int,
+        default=None,
+        help="pecos-xrt: DataLoader worker processes (default: the thread count; 0 makes batches in-process, "
+        "no forked copies of a large process)",
+    )
     p.add_argument("--tag", default="", help="suffix of the result files: <out>/<problem>-<tag>.md/.json")
     syn = p.add_argument_group("synthetic problems")
     syn.add_argument("--n-test", type=int, default=2000)
@@ -191,6 +198,9 @@ def neural_setup(args: argparse.Namespace) -> tuple[dict[str, list[str]], dict[s
 
     if args.steps_scale <= 0:
         raise BenchmarkArgError(f"--steps-scale must be > 0, got {args.steps_scale}")
+    if args.pecos_batch_workers is not None and args.pecos_batch_workers < 0:
+        raise BenchmarkArgError(f"--pecos-batch-workers must be >= 0, got {args.pecos_batch_workers}")
+    batch_workers = [] if args.pecos_batch_workers is None else ["--batch-workers", str(args.pecos_batch_workers)]
     overrides = xr_overrides(args)
     s = compose_settings(*overrides)
     if s.method != "xrtransformer":
@@ -201,7 +211,7 @@ def neural_setup(args: argparse.Namespace) -> tuple[dict[str, list[str]], dict[s
     pecos = ["--encoder", str(resolve_model(matcher.model_name_or_path)), "--max-length", str(matcher.max_length)]
     extra = {
         "ours-xrtransformer": [f"--override={o}" for o in overrides],
-        "pecos-xrt": [*pecos, "--steps-scale", str(args.steps_scale)],
+        "pecos-xrt": [*pecos, "--steps-scale", str(args.steps_scale), *batch_workers],
     }
     defaults = TfidfConfig().training_settings()
     return extra, {k: v for k, v in tfidf.items() if defaults.get(k) != v}

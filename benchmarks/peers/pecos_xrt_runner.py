@@ -20,9 +20,13 @@ field. What this runner changes, and why:
   a whole corpus at once, full length, then truncates (a run on EURLEX57K's full training
   documents reached 12 GiB and was killed); a word gives at least one token, so its encoder reads
   the same tokens.
-- Host: ``batch_gen_workers`` (16 in the recipe: DataLoader worker processes) is ``--threads``;
-  torch gets ``--threads`` threads; PECOS uses a GPU when one is visible, else the CPU in fp32
-  (it has no bf16 path on a CPU).
+- Host: ``batch_gen_workers`` (16 in the recipe: DataLoader worker processes, and the threads of
+  PECOS's C++ products) is ``--threads``; ``--batch-workers N`` gives PECOS's DataLoaders N worker
+  processes instead (0: batches made in the runner's own process; each forked worker grows toward
+  a copy of the runner, whose resident size reached 19 GiB in the recipe's third level on
+  EURLEX57K, where the host ran out of memory; PECOS itself cannot take 0, its C++ threads would
+  be 0); torch gets ``--threads`` threads; PECOS uses a GPU when one is visible, else the CPU in
+  fp32 (it has no bf16 path on a CPU).
 
 Prediction loads the model folder with the final linear model on PECOS's C++ path
 (``is_predict_only=True``), encodes 128 documents a batch (PECOS's example predict command) and
@@ -50,6 +54,7 @@ import torch
 from pecos.utils import torch_util
 from pecos.xmc import Indexer, LabelEmbeddingFactory
 from pecos.xmc.base import HierarchicalKMeans
+from pecos.xmc.xtransformer import matcher as pecos_matcher
 from pecos.xmc.xtransformer.matcher import TransformerMatcher
 from pecos.xmc.xtransformer.model import XTransformer
 from pecos.xmc.xtransformer.module import MLProblemWithText
@@ -155,6 +160,14 @@ class Stopwatch:
         setattr(owner, attr, timed)
 
 
+class WorkersDataLoader(torch.utils.data.DataLoader):
+    """PECOS's DataLoader with ``workers`` worker processes whatever ``num_workers`` it is given
+    (PECOS passes ``batch_gen_workers``, which also sets its C++ threads)."""
+
+    def __init__(self, *args: Any, workers: int, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "num_workers": workers})
+
+
 class PecosXRT(phases.System):
     has_index = True
     reads_texts = True
@@ -166,6 +179,11 @@ class PecosXRT(phases.System):
             raise phases.PhaseError(f"--steps-scale must be > 0, got {args.steps_scale}")
         if not (Path(args.encoder) / "config.json").is_file():
             raise phases.PhaseError(f"--encoder: {args.encoder} is not a model folder (no config.json)")
+        if args.batch_workers is not None and args.batch_workers < 0:
+            raise phases.PhaseError(f"--batch-workers must be >= 0, got {args.batch_workers}")
+        self.batch_workers = self.threads if args.batch_workers is None else args.batch_workers
+        if self.batch_workers != self.threads:
+            pecos_matcher.DataLoader = functools.partial(WorkersDataLoader, workers=self.batch_workers)
         torch.set_num_threads(self.threads)
         torch_util.set_seed(self.seed)
         self.clock = Stopwatch()
@@ -274,6 +292,7 @@ class PecosXRT(phases.System):
             "transformers": transformers.__version__,
             "encoder": str(self.args.encoder),
             "steps_scale": self.args.steps_scale,
+            "batch_workers": self.batch_workers,
             "max_length": self.args.max_length,
             "preliminary_tree": self.levels,
             "settings": "PECOS examples/xr-transformer-neurips21/params/eurlex-4k/bert/params.json, the encoder "
@@ -286,6 +305,7 @@ EXTRA = (
     ("--encoder", {"type": Path, "required": True, "help": "local model folder (config.json, tokenizer, weights)"}),
     ("--steps-scale", {"type": float, "default": 1.0, "help": "max_steps and warmup_steps of every level times this"}),
     ("--max-length", {"type": int, "default": MATCHER_PRED["truncate_length"], "help": "tokens per document"}),
+    ("--batch-workers", {"type": int, "default": None, "help": "batch_gen_workers (default --threads; 0: in-process)"}),
 )
 
 if __name__ == "__main__":

@@ -64,12 +64,13 @@ def popular_p1(problem: Problem, tmp_path: Path) -> float:
 @pytest.mark.slow  # builds the pecos-xrt environment on first use, then ~30 s
 def test_pecos_xrt_adapter_on_tiny_text_problem(text_problem: Problem, tiny_bert: Path, tmp_path: Path) -> None:
     python_of("pecos-xrt")
-    extra = ["--encoder", str(tiny_bert), "--max-length", "32", "--steps-scale", "0.01"]
+    extra = ["--encoder", str(tiny_bert), "--max-length", "32", "--steps-scale", "0.01", "--batch-workers", "0"]
     settings = RunSettings(threads=1, extra_args={"pecos-xrt": extra})
     rec = run_once(REGISTRY["pecos-xrt"], text_problem, tmp_path / "run", 0, settings)
     assert scores(rec)["P@1"] > popular_p1(text_problem, tmp_path)
     info, seconds = rec.timings["info"], rec.timings["seconds"]
     assert info["library"] == "libpecos" and info["version"] == "1.2.8" and info["steps_scale"] == 0.01
+    assert info["batch_workers"] == 0  # batches made in-process: no forked workers
     steps = [m["max_steps"] for m in info["train_params"]["matcher_params_chain"]]
     assert len(steps) == len(info["preliminary_tree"]) and steps[-1] == 12  # 1,200 x 0.01
     assert 0 < seconds["finetune"] < seconds["train"] and seconds["train_embed"] > 0
@@ -122,6 +123,10 @@ def test_neural_setup_shares_ours_settings_with_pecos() -> None:
     assert pecos[pecos.index("--max-length") + 1] == "128" and pecos[-2:] == ["--steps-scale", "0.25"]
     assert (Path(pecos[pecos.index("--encoder") + 1]) / "config.json").is_file()
     assert tfidf == {"lead_chars": 600}  # the experiment's TF-IDF, every system's features
+    workers = build_parser().parse_args(["--dataset", "eurlex57k", "--pecos-batch-workers", "0"])
+    assert neural_setup(workers)[0]["pecos-xrt"][-2:] == ["--batch-workers", "0"]
+    with pytest.raises(BenchmarkArgError, match="--pecos-batch-workers"):
+        neural_setup(build_parser().parse_args(["--dataset", "eurlex57k", "--pecos-batch-workers", "-1"]))
     with pytest.raises(BenchmarkArgError, match="--steps-scale"):
         neural_setup(build_parser().parse_args(["--dataset", "eurlex57k", "--steps-scale", "0"]))
     with pytest.raises(BenchmarkArgError, match="method=xrlinear"):
