@@ -22,10 +22,9 @@ field. What this runner changes, and why:
   the same tokens.
 - Host: ``batch_gen_workers`` (16 in the recipe: DataLoader worker processes, and the threads of
   PECOS's C++ products) is ``--threads``; ``--batch-workers N`` gives PECOS's DataLoaders N worker
-  processes instead (0: batches made in the runner's own process; each forked worker grows toward
-  a copy of the runner, whose resident size reached 19 GiB in the recipe's third level on
-  EURLEX57K, where the host ran out of memory; PECOS itself cannot take 0, its C++ threads would
-  be 0); torch gets ``--threads`` threads; PECOS uses a GPU when one is visible, else the CPU in
+  processes instead (0: batches made in the runner's own process; with two forked workers the
+  recipe's third level on EURLEX57K held 23.2 GiB of anonymous memory and the host ran out, in-process
+  the run peaked at 14.1 GiB; PECOS itself cannot take 0, its C++ threads would be 0); torch gets ``--threads`` threads; PECOS uses a GPU when one is visible, else the CPU in
   fp32 (it has no bf16 path on a CPU).
 
 Prediction loads the model folder with the final linear model on PECOS's C++ path
