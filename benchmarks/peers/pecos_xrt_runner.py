@@ -23,9 +23,10 @@ field. What this runner changes, and why:
 - Host: ``batch_gen_workers`` (16 in the recipe: DataLoader worker processes, and the threads of
   PECOS's C++ products) is ``--threads``; ``--batch-workers N`` gives PECOS's DataLoaders N worker
   processes instead (0: batches made in the runner's own process; with two forked workers the
-  recipe's third level on EURLEX57K held 23.2 GiB of anonymous memory and the host ran out, in-process
-  the run peaked at 14.1 GiB; PECOS itself cannot take 0, its C++ threads would be 0); torch gets ``--threads`` threads; PECOS uses a GPU when one is visible, else the CPU in
-  fp32 (it has no bf16 path on a CPU).
+  recipe's third level on EURLEX57K held 23.2 GiB of anonymous memory and the host ran out;
+  in-process the run peaked at 14.1 GiB; PECOS itself cannot take 0, its C++ threads would be 0);
+  torch gets ``--threads`` threads; PECOS uses a GPU when one is visible, else the CPU in fp32 (it
+  has no bf16 path on a CPU).
 
 Prediction loads the model folder with the final linear model on PECOS's C++ path
 (``is_predict_only=True``), encodes 128 documents a batch (PECOS's example predict command) and
