@@ -35,13 +35,15 @@ def split_available(systems: list[SystemSpec]) -> tuple[list[SystemSpec], dict[s
 def run_systems(
     problem: Problem, systems: list[SystemSpec], repeats: int, settings: RunSettings, work_root: Path
 ) -> tuple[list[RunRecord], dict[str, str]]:
-    """Run every system ``repeats`` times, interleaved; a failing system never stops the others."""
+    """Run every system ``repeats`` times, interleaved, repeat ``r`` with seed ``r`` (from
+    ``settings.first_repeat``); a failing system never stops the others."""
     ready, skipped = split_available(systems)
     records: list[RunRecord] = []
-    for repeat in range(repeats):
+    first = settings.first_repeat
+    for repeat in range(first, first + repeats):
         for spec in list(ready):
             run_dir = work_root / problem.data_dir.parent.name / "runs" / spec.name / f"r{repeat}"
-            log(f"{problem.name}: {spec.name} repeat {repeat + 1}/{repeats}")
+            log(f"{problem.name}: {spec.name} repeat {repeat - first + 1}/{repeats} (seed {repeat})")
             try:
                 rec = run_once(spec, problem, run_dir, repeat, settings)
             except SystemSetupError as exc:
@@ -64,6 +66,7 @@ def settings_record(problem: Problem, settings: RunSettings, repeats: int) -> di
         "threads": settings.threads,
         "topk": settings.topk,
         "repeats": repeats,
+        "first_repeat": settings.first_repeat,
         "stop_after": settings.stop_after,
         "date": report.now(),
     }
@@ -103,10 +106,22 @@ def render(result: dict[str, Any], reference: str | None) -> dict[str, Any]:
     failed = {r.system: _failure(r.error or "") for r in records if not r.ok}
     notes = [f"- {name}: skipped ({why.splitlines()[0]})" for name, why in result["skipped"].items()]
     notes += [f"- {name}: failed ({why}; full log tail in the JSON)" for name, why in failed.items()]
-    notes += _load_note(records) + [f"- merged: {src}" for src in result.get("sources", [])]
+    notes += _seeds_note(records) + _load_note(records) + [f"- merged: {src}" for src in result.get("sources", [])]
     if notes:
         lines += [""] + notes
     return {**result, "reference": ref, "summary": summary, "markdown": "\n".join(lines) + "\n"}
+
+
+def _seeds_note(records: list[RunRecord]) -> list[str]:
+    """The seeds behind each system's medians, where systems ran different ones (merged results)."""
+    seeds: dict[str, list[int]] = {}
+    for r in records:
+        if r.ok:
+            seeds.setdefault(r.system, []).append(r.repeat)
+    if len({tuple(sorted(v)) for v in seeds.values()}) < 2:
+        return []
+    per_system = "; ".join(f"{k} {', '.join(map(str, sorted(v)))}" for k, v in seeds.items())
+    return [f"- seeds (repeats) of each system: {per_system}"]
 
 
 def _load_note(records: list[RunRecord]) -> list[str]:
@@ -143,7 +158,8 @@ def merge_results(results: list[dict[str, Any]]) -> dict[str, Any]:
 def _named_apart(result: dict[str, Any], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``result``'s runs, a system that another result also ran named by its steps scale (PECOS's
     recipe beside a tenth of it: two rows, not one row's repeats overwriting each other). The same
-    system at the same scale in two results is refused: their repeats would collide."""
+    system at the same scale in two results is one row when their seeds differ (``--first-repeat``),
+    and refused when they share one: their repeats would collide."""
     out = []
     for run in result["runs"]:
         others = [r for r in results if r is not result and run["system"] in {x["system"] for x in r["runs"]}]
@@ -151,10 +167,11 @@ def _named_apart(result: dict[str, Any], results: list[dict[str, Any]]) -> list[
             out.append(run)
             continue
         scale = _steps_scale(run)
-        if any(_steps_scale(x) == scale for r in others for x in r["runs"] if x["system"] == run["system"]):
+        same = [x for r in others for x in r["runs"] if x["system"] == run["system"] and _steps_scale(x) == scale]
+        if any(x["repeat"] == run["repeat"] for x in same):
             raise ValueError(
-                f"--rerender: {run['system']} ran in more than one of the results with the same settings; "
-                "give one of them alone, or run it again with --repeats"
+                f"--rerender: {run['system']} ran seed {run['repeat']} in more than one of the results with the "
+                "same settings; give one of them alone, or run other seeds with --first-repeat"
             )
         out.append(run if scale is None else run | {"system": f"{run['system']} (steps x{scale:g})"})
     return out

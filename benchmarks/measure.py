@@ -41,6 +41,7 @@ class RunSettings:
     stop_after: str = "predict"  # index | train | predict
     timeout_s: float = 3600.0
     keep_models: bool = False  # model folders can be large; only their size is kept by default
+    first_repeat: int = 0  # repeat r runs with seed r: a later result adds seeds, merged by --rerender
     extra_args: dict[str, list[str]] = field(default_factory=dict)  # system name -> more script args
 
 

@@ -99,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--repeats", type=int, default=None, help="default 3 (1 with --scaling or a system that fine-tunes an encoder)"
     )
+    p.add_argument(
+        "--first-repeat",
+        type=int,
+        default=0,
+        help="seed of the first repeat (repeat r runs with seed r): more seeds of a slow system later, "
+        "merged into one row by --rerender",
+    )
     p.add_argument("--reference", default="pecos", help="row that ratios are taken against")
     p.add_argument("--topk", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
@@ -230,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     if (args.repeats is not None and args.repeats < 1) or args.topk < 1 or args.threads < 1:
         raise BenchmarkArgError("--repeats, --topk and --threads must be >= 1")
+    if args.first_repeat < 0:
+        raise BenchmarkArgError(f"--first-repeat must be >= 0, got {args.first_repeat}")
     if args.rerender:
         return rerender(args.rerender, args.reference, args.out, args.tag)
     systems = get_systems(args.systems or (SCALING_SYSTEMS if args.scaling else DEFAULT_SYSTEMS))
@@ -240,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         stop_after=args.stop_after,
         timeout_s=args.timeout,
         keep_models=args.keep_models,
+        first_repeat=args.first_repeat,
         extra_args=extra | {"ours-pipeline": [f"--override={o}" for o in args.pipeline_override]},
     )
     base = SyntheticSpec(n_test=args.n_test, n_features=args.n_features, seed=args.seed)

@@ -163,7 +163,7 @@ def test_rerender_merges_results_of_one_problem_with_their_sources_and_load(tmp_
     assert "CPU s / wall s of each run" in table and "later-peer" in table.split("CPU s / wall s")[1]
     with pytest.raises(BenchmarkArgError, match="--tag"):
         main(["--rerender", str(first), str(tmp_path / "later.json")])
-    with pytest.raises(BenchmarkArgError, match="popular ran in more than one"):
+    with pytest.raises(BenchmarkArgError, match="popular ran seed 0 in more than one"):
         main(["--rerender", str(first), str(first), "--tag", "twice", "--out", str(tmp_path)])
 
 
@@ -177,3 +177,24 @@ def test_rerender_keeps_one_system_at_two_steps_scales_as_two_rows(tmp_path: Pat
     merged = merge_results([result(0.1, 1.0), result(1.0, 2.0)])
     names = [(r["system"], r["p1"]) for r in merged["runs"]]
     assert names == [("pecos-xrt (steps x0.1)", 1.0), ("pecos-xrt (steps x1)", 2.0)]
+
+
+def test_later_seeds_of_a_system_merge_into_its_row(tmp_path: Path) -> None:
+    from benchmarks.run import main
+    from xtransformer.utils.io import load_json
+
+    argv = ["--synthetic", "300x40", "--n-test", "60", "--n-features", "2000", "--work", str(tmp_path / "work")]
+    main([*argv, "--systems", "popular,ours-xrlinear", "--repeats", "1", "--out", str(tmp_path / "a")])
+    main([*argv, "--systems", "popular", "--repeats", "2", "--first-repeat", "1", "--out", str(tmp_path / "b")])
+    stem = "synthetic-n300-l40-f2000-seed0"
+    later = load_json(tmp_path / "b" / f"{stem}.json")
+    assert [r["repeat"] for r in later["runs"]] == [1, 2] and later["settings"]["first_repeat"] == 1
+    assert (tmp_path / "work" / stem / "runs" / "popular" / "r2").is_dir()
+    paths = [str(tmp_path / d / f"{stem}.json") for d in ("a", "b")]
+    merged = main(["--rerender", *paths, "--tag", "seeds", "--out", str(tmp_path)])
+    assert merged["summary"]["popular"]["repeats"] == 3 and merged["summary"]["ours-xrlinear"]["repeats"] == 1
+    assert "seeds (repeats) of each system: popular 0, 1, 2; ours-xrlinear 0" in merged["markdown"]
+    with pytest.raises(BenchmarkArgError, match="popular ran seed 1 in more than one"):
+        main(["--rerender", *paths, paths[1], "--tag", "again", "--out", str(tmp_path)])
+    with pytest.raises(BenchmarkArgError, match="--first-repeat must be >= 0"):
+        main([*argv, "--first-repeat", "-1"])
