@@ -290,4 +290,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BenchmarkArgError as exc:
+        sys.exit(f"error: {exc}")

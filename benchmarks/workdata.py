@@ -111,10 +111,11 @@ def _write(
         save_json(
             {"name": name, "train_split": train_split, "eval_split": eval_split, "info": info}, tmp / PROBLEM_FILE
         )
-    return _read(folder)
+    return read_problem(folder)
 
 
-def _read(folder: Path) -> Problem:
+def read_problem(folder: Path) -> Problem:
+    """A problem prepared earlier (its folder holds the npz pairs and problem.json)."""
     meta = load_json(folder / PROBLEM_FILE)
     return Problem(meta["name"], folder, meta["train_split"], meta["eval_split"], meta["info"])
 
@@ -138,7 +139,7 @@ def prepare_dataset(
     )
     folder = work_root.resolve() / f"{Path(name).name}{suffix}" / "data"
     if is_complete(folder) and not rebuild:
-        problem = _read(folder)
+        problem = read_problem(folder)
         if eval_split in (None, problem.eval_split):
             return problem
     from xtransformer.data import load_dataset, tfidf_features
@@ -165,7 +166,7 @@ def prepare_synthetic(spec: SyntheticSpec, work_root: Path, rebuild: bool = Fals
     """Generate the synthetic problem of ``spec`` (train/test) unless already on disk."""
     folder = work_root.resolve() / spec.tag / "data"
     if is_complete(folder) and not rebuild:
-        problem = _read(folder)
+        problem = read_problem(folder)
         if problem.info["source"].get("synthetic") == spec.as_dict():
             return problem
     mats = generate(spec)

@@ -429,6 +429,20 @@ def evaluate(
     return _metrics_dict(sums, ks_list, with_psp=w is not None)
 
 
+def per_document(
+    Y_true: sp.spmatrix, scores: sp.spmatrix | tuple[np.ndarray, np.ndarray], max_k: int = 5
+) -> dict[str, np.ndarray]:
+    """Each document's ``P@k`` and ``nDCG@k`` for k = 1..max_k (``N`` float64 arrays, percentages):
+    their means are :func:`evaluate`'s; per document they let two systems be compared pairwise
+    (a paired bootstrap over documents)."""
+    Y = _binary_labels(Y_true)
+    max_k = _check_k(max_k, "max_k")
+    idx = _topk_from_input(scores, Y, max_k)
+    hits, n_true = _hits(Y, idx), np.diff(Y.indptr)
+    curves = {"P": _per_doc_precision(hits), "nDCG": _per_doc_ndcg(hits, n_true)}
+    return {f"{name}@{k}": 100.0 * curve[:, k - 1] for name, curve in curves.items() for k in range(1, max_k + 1)}
+
+
 # --------------------------------------------------------------------------- label groups
 
 # Chalkidis et al. (EMNLP 2020) on EURLEX57K: frequent labels have more than 50 training documents,

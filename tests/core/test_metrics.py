@@ -17,6 +17,7 @@ from xtransformer.metrics import (
     evaluate,
     format_metrics_table,
     ndcg_at_k,
+    per_document,
     precision_at_k,
     propensity,
     psp_at_k,
@@ -385,3 +386,19 @@ def test_decision_f1_by_hand():
     assert decision_f1(Y, Y) == {"micro-F1": 100.0, "macro-F1": 75.0, "example-F1": 100.0}
     with pytest.raises(MetricsError, match="decided has shape"):
         decision_f1(Y, D[:2])
+
+
+def test_per_document_by_hand_and_its_means_are_evaluates():
+    """doc0 true {0, 1}, ranked 1, 2, 0: P@1 100, P@3 2/3; doc1 true {2}, ranked 0, 1, 3: no hit."""
+    Y = _one_hot_labels([[0, 1], [2]], 4)
+    S = sp.csr_matrix(np.array([[0.1, 0.9, 0.5, 0.0], [0.9, 0.5, 0.0, 0.1]]))
+    docs = per_document(Y, S, max_k=3)
+    np.testing.assert_allclose(docs["P@1"], [100.0, 0.0])
+    np.testing.assert_allclose(docs["P@3"], [200 / 3, 0.0])
+    idcg = 1 + 1 / np.log2(3)
+    np.testing.assert_allclose(docs["nDCG@3"], [100 * (1 + 1 / np.log2(4)) / idcg, 0.0])
+    rng = np.random.default_rng(0)
+    Y = _one_hot_labels([list(rng.choice(30, rng.integers(1, 4), replace=False)) for _ in range(50)], 30)
+    S = sp.random(50, 30, density=0.4, random_state=1, format="csr")
+    means, docs = evaluate(Y, S), per_document(Y, S)
+    assert {k: round(float(v.mean()), 9) for k, v in docs.items()} == {k: round(means[k], 9) for k in docs}
