@@ -27,10 +27,11 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.harness import write_result
 from benchmarks.phases import PROBLEM_FILE, TIMINGS_FILE, preds_file
 from benchmarks.report import now
 from benchmarks.workdata import Problem, read_problem
-from xtransformer.utils.io import atomic_path, load_csr, load_json, save_json
+from xtransformer.utils.io import load_csr, load_json
 
 BENCH_DIR = Path(__file__).resolve().parent
 METRICS = ("P@1", "P@3", "P@5", "nDCG@5")
@@ -173,10 +174,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "diffs": diffs,
         "markdown": md,
     }
-    stem = f"{problem.name}-paired" + (f"-{args.tag}" if args.tag else "")
-    with atomic_path(args.out / f"{stem}.md") as tmp:
-        tmp.write_text(md)
-    save_json(result, args.out / f"{stem}.json")
+    write_result(result, args.out, f"{problem.name}-paired" + (f"-{args.tag}" if args.tag else ""))
     print(md)
     return result
 
