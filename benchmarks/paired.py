@@ -78,7 +78,7 @@ def system_runs(problem: Problem, runs_root: Path, spec: str) -> SystemRuns:
     docs = {int(d.name[1:]): per_document(Y, load_csr(d / preds_file(variant))) for d in dirs}
     seeds = sorted(docs)
     return SystemRuns(
-        spec,
+        system if variant == "default" else f"{system} ({variant})",  # as the harness names its rows
         seeds,
         {s: {m: float(docs[s][m].mean()) for m in METRICS} for s in seeds},
         {m: np.mean([docs[s][m] for s in seeds], axis=0) for m in METRICS},

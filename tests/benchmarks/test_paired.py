@@ -33,6 +33,7 @@ def test_paired_compares_every_seed_of_each_system_with_the_reference(tmp_path: 
     d = result["diffs"]["ours-xrlinear"]["P@1"]
     assert d["diff"] == pytest.approx(gap) and d["lo"] <= d["diff"] <= d["hi"]
     assert "| − popular |" in (tmp_path / f"{problem}-paired.md").read_text()
+    assert main([*argv, "ours-xrlinear", "popular:default"])["against"] == "ours-xrlinear"
     with pytest.raises(PairedError, match="no predictions preds.combined.npz"):
         main([*argv, "popular", "ours-xrlinear:combined"])
     with pytest.raises(PairedError, match="at least two systems"):
