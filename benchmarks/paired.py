@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 from benchmarks.harness import write_result
 from benchmarks.phases import PROBLEM_FILE, TIMINGS_FILE, preds_file
-from benchmarks.report import now
+from benchmarks.report import git_commit, now
 from benchmarks.workdata import Problem, read_problem
 from xtransformer.utils.io import load_csr, load_json
 
@@ -117,7 +117,8 @@ def compare(systems: list[SystemRuns], resamples: int, seed: int) -> dict[str, d
 def markdown(problem: Problem, systems: list[SystemRuns], diffs: dict[str, Any], resamples: int) -> str:
     n_docs = systems[0].per_doc[METRICS[0]].size
     head = (
-        f"**{problem.name}** ({problem.eval_split}, {n_docs:,} documents) — {now()}; metrics in %, each "
+        f"**{problem.name}** ({problem.eval_split}, {n_docs:,} documents) — {now()}, commit "
+        f"{git_commit(BENCH_DIR.parent)}; metrics in %, each "
         f"system's mean over its seeds; against **{systems[0].name}**: the mean per-document difference "
         f"[95% interval, paired bootstrap over documents, {resamples:,} resamples] (share of resamples above 0)"
     )
