@@ -66,7 +66,7 @@ def system_runs(problem: Problem, runs_root: Path, spec: str) -> SystemRuns:
     system, _, variant = spec.partition(":")
     variant = variant or "default"
     dirs = sorted(
-        (d for d in (runs_root / system).glob("r*") if (d / preds_file(variant)).is_file()),
+        (d for d in (runs_root / system).glob("r*") if d.name[1:].isdigit() and (d / preds_file(variant)).is_file()),
         key=lambda d: int(d.name[1:]),
     )
     if not dirs:
