@@ -24,7 +24,7 @@ field. What this runner changes, and why:
   PECOS's C++ products) is ``--threads``; ``--batch-workers N`` gives PECOS's DataLoaders N worker
   processes instead (0: batches made in the runner's own process; with two forked workers the
   recipe's third level on EURLEX57K held 23.2 GiB of anonymous memory and the host ran out;
-  in-process the run peaked at 14.1 GiB; PECOS itself cannot take 0, its C++ threads would be 0);
+  in-process two runs peaked at 14.1 and 22.5 GiB; PECOS itself cannot take 0, its C++ threads would be 0);
   torch gets ``--threads`` threads; PECOS uses a GPU when one is visible, else the CPU in fp32 (it
   has no bf16 path on a CPU).
 
