@@ -429,18 +429,35 @@ def evaluate(
     return _metrics_dict(sums, ks_list, with_psp=w is not None)
 
 
+def document_hits(
+    Y_true: sp.spmatrix, scores: sp.spmatrix | tuple[np.ndarray, np.ndarray], max_k: int = 5
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each document's ranked hits (``N x max_k`` bool: is its j-th prediction a true label?) and
+    its number of true labels: all that its ``P@k`` and ``nDCG@k`` need, in a few bytes."""
+    Y = _binary_labels(Y_true)
+    max_k = _check_k(max_k, "max_k")
+    idx = _topk_from_input(scores, Y, max_k)
+    return _hits(Y, idx), np.diff(Y.indptr)
+
+
 def per_document(
     Y_true: sp.spmatrix, scores: sp.spmatrix | tuple[np.ndarray, np.ndarray], max_k: int = 5
 ) -> dict[str, np.ndarray]:
     """Each document's ``P@k`` and ``nDCG@k`` for k = 1..max_k (``N`` float64 arrays, percentages):
     their means are :func:`evaluate`'s; per document they let two systems be compared pairwise
     (a paired bootstrap over documents)."""
-    Y = _binary_labels(Y_true)
-    max_k = _check_k(max_k, "max_k")
-    idx = _topk_from_input(scores, Y, max_k)
-    hits, n_true = _hits(Y, idx), np.diff(Y.indptr)
+    return per_document_from_hits(*document_hits(Y_true, scores, max_k))
+
+
+def per_document_from_hits(hits: np.ndarray, n_true: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`per_document` from :func:`document_hits`' output (e.g. a stored record of a run)."""
+    hits, n_true = np.asarray(hits, dtype=bool), np.asarray(n_true)
+    if hits.ndim != 2 or n_true.shape != (hits.shape[0],):
+        raise MetricsError(f"hits must be N x k and n_true N long, got {hits.shape} and {n_true.shape}")
     curves = {"P": _per_doc_precision(hits), "nDCG": _per_doc_ndcg(hits, n_true)}
-    return {f"{name}@{k}": 100.0 * curve[:, k - 1] for name, curve in curves.items() for k in range(1, max_k + 1)}
+    return {
+        f"{name}@{k}": 100.0 * curve[:, k - 1] for name, curve in curves.items() for k in range(1, hits.shape[1] + 1)
+    }
 
 
 # --------------------------------------------------------------------------- label groups

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +35,22 @@ def test_paired_compares_every_seed_of_each_system_with_the_reference(tmp_path: 
     assert d["diff"] == pytest.approx(gap) and d["lo"] <= d["diff"] <= d["hi"]
     assert "| − popular |" in (tmp_path / f"{problem}-paired.md").read_text()
     assert main([*argv, "ours-xrlinear", "popular:default"])["against"] == "ours-xrlinear"
-    with pytest.raises(PairedError, match="no predictions preds.combined.npz"):
+    # every seed read was kept as a record: with the work folder gone, the comparison stands as it was
+    records = tmp_path / "per-document" / problem
+    assert sorted(p.name for p in (records / "ours-xrlinear").iterdir()) == ["r0.npz", "r1.npz"]
+    shutil.rmtree(work)
+    again = main([*argv, "popular", "ours-xrlinear"])
+    assert again["diffs"] == result["diffs"] and again["systems"] == result["systems"]
+    with np.load(records / "popular" / "r0.npz") as z:
+        fields = dict(z)
+    # a seed 7 of other documents (other counts of true labels) than seeds 0 and 1
+    np.savez_compressed(records / "popular" / "r7.npz", **{**fields, "n_true": fields["n_true"][::-1] + 1})
+    with pytest.raises(PairedError, match="popular seed 7: scored other documents"):
+        main([*argv, "popular", "ours-xrlinear"])
+    (records / "popular" / "r7.npz").unlink()
+    with pytest.raises(PairedError, match="no records under"):
         main([*argv, "popular", "ours-xrlinear:combined"])
     with pytest.raises(PairedError, match="at least two systems"):
         main([*argv, "popular"])
-    with pytest.raises(PairedError, match="no prepared problem"):
-        main(["--problem", "nothing", "--work", str(work), "popular", "ours-xrlinear"])
+    with pytest.raises(PairedError, match="no prepared problem .* and no records"):
+        main(["--problem", "nothing", "--work", str(work), "--out", str(tmp_path), "popular", "ours-xrlinear"])

@@ -14,10 +14,12 @@ from xtransformer.matcher.metrics import XMCMetrics
 from xtransformer.metrics import (
     MetricsError,
     decision_f1,
+    document_hits,
     evaluate,
     format_metrics_table,
     ndcg_at_k,
     per_document,
+    per_document_from_hits,
     precision_at_k,
     propensity,
     psp_at_k,
@@ -402,3 +404,9 @@ def test_per_document_by_hand_and_its_means_are_evaluates():
     S = sp.random(50, 30, density=0.4, random_state=1, format="csr")
     means, docs = evaluate(Y, S), per_document(Y, S)
     assert {k: round(float(v.mean()), 9) for k, v in docs.items()} == {k: round(means[k], 9) for k in docs}
+    hits, n_true = document_hits(Y, S)  # the few bytes a stored record keeps give the same metrics
+    assert hits.shape == (50, 5) and hits.dtype == bool and n_true.tolist() == np.diff(Y.indptr).tolist()
+    again = per_document_from_hits(hits, n_true)
+    assert all(np.array_equal(again[k], docs[k]) for k in docs)
+    with pytest.raises(MetricsError, match="hits must be N x k"):
+        per_document_from_hits(hits, n_true[:-1])
