@@ -137,6 +137,38 @@ def test_shortlist_holds_positives_and_children_of_predicted_parents(tmp_path):
     np.testing.assert_array_equal(module.shortlist_mask(emb, targets, tfn).numpy(), (predicted | (targets > 0)).numpy())
 
 
+def test_shortlisted_loss_gradients_repeat_exactly_on_threads(tmp_path):
+    """Same inputs, same gradients, every time: same-seed runs must give the same model (advanced
+    indexing's backward accumulated repeated head rows in a thread-dependent order)."""
+    from tiny_models import build_tiny
+
+    from xtransformer.matcher.module import TrainOptions
+    from xtransformer.methods.xrtransformer.module import XRLevelModule
+
+    module = XRLevelModule(str(build_tiny("bert", tmp_path / "tiny")), 256, TrainOptions(pooling="cls"))
+    gen = torch.Generator().manual_seed(0)
+    emb = torch.randn(64, module.head.in_features, generator=gen, requires_grad=True)
+    targets = (torch.rand(64, 256, generator=gen) < 0.05).float()
+    rows, cols = (torch.rand(64, 256, generator=gen) < 0.4).nonzero(as_tuple=True)  # each head row many times
+
+    def grads() -> list[torch.Tensor]:
+        module.zero_grad()
+        emb.grad = None
+        logits = module.shortlist_logits(emb, rows, cols)
+        w = hinge_weights(targets)
+        weighted_squared_hinge(logits, targets[rows, cols], w[rows, cols], rows, 64).backward()
+        return [module.head.weight.grad.clone(), module.head.bias.grad.clone(), emb.grad.clone()]
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        first = grads()
+        for _ in range(10):
+            assert all(torch.equal(a, b) for a, b in zip(first, grads()))
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_level_schedule_and_bad_settings():
     assert [s["steps"] for s in MatcherConfig(max_steps=600).level_schedule(3)] == [100, 200, 300]
     cfg = MatcherConfig(level_steps=[200, 300, 500], level_lr=[1e-4, 1e-4, 5e-5])

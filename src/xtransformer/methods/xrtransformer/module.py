@@ -95,7 +95,10 @@ class XRLevelModule(MatcherModule):
 
     def shortlist_logits(self, emb: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         """Scores of the (document, cluster) pairs only: gathered head rows, no ``B x K`` product."""
-        return (self.head.weight[cols] * emb[rows].float()).sum(-1) + self.head.bias[cols]
+        # index_select, not W[cols]: the latter's backward (index_put_ accumulating repeated rows) is
+        # not deterministic on a multi-threaded CPU, so same-seed runs drifted apart
+        W, b = self.head.weight.index_select(0, cols), self.head.bias.index_select(0, cols)
+        return (W * emb.index_select(0, rows).float()).sum(-1) + b
 
     def level_loss(
         self, emb: torch.Tensor, targets: torch.Tensor, tfn: torch.Tensor | None
