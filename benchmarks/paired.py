@@ -130,12 +130,13 @@ def _records_from_runs(problem: Problem, runs: Path, variant: str, kept: Path) -
     """The records of every seed whose predictions are under ``runs``, each saved in ``kept``."""
     from xtransformer.metrics import document_hits
 
+    found = {s: d for s, d in _seed_dirs(runs, "r*").items() if (d / preds_file(variant)).is_file()}
+    Y = problem.Y(problem.eval_split) if found else None
     out = {}
-    for seed, run_dir in _seed_dirs(runs, "r*").items():
-        if (run_dir / preds_file(variant)).is_file():
-            Y, pred = problem.Y(problem.eval_split), load_csr(run_dir / preds_file(variant))
-            out[seed] = Record(*document_hits(Y, pred, RECORD_K), problem.eval_split, _steps_scale(run_dir))
-            save_record(out[seed], kept / f"r{seed}.npz")
+    for seed, run_dir in found.items():
+        hits, n_true = document_hits(Y, load_csr(run_dir / preds_file(variant)), RECORD_K)
+        out[seed] = Record(hits, n_true, problem.eval_split, _steps_scale(run_dir))
+        save_record(out[seed], kept / f"r{seed}.npz")
     return out
 
 
