@@ -35,6 +35,8 @@ def test_paired_compares_every_seed_of_each_system_with_the_reference(tmp_path: 
     assert d["diff"] == pytest.approx(gap) and d["lo"] <= d["diff"] <= d["hi"]
     assert "| − popular |" in (tmp_path / f"{problem}-paired.md").read_text()
     assert main([*argv, "ours-xrlinear", "popular:default"])["against"] == "ours-xrlinear"
+    with pytest.raises(PairedError, match="no predictions preds.combined.npz"):
+        main([*argv, "popular", "ours-xrlinear:combined"])
     # every seed read was kept as a record: with the work folder gone, the comparison stands as it was
     records = tmp_path / "per-document" / problem
     assert sorted(p.name for p in (records / "ours-xrlinear").iterdir()) == ["r0.npz", "r1.npz"]
