@@ -13,7 +13,8 @@ from xtransformer.cli import add_labels_main
 from xtransformer.indexing.errors import IndexingError
 from xtransformer.indexing.placement import Placing, place_labels
 from xtransformer.model.folder import ModelError
-from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
+from xtransformer.methods.base import with_settings
+from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, RankerError
 
 IDS = [f"L{i}" for i in range(12)]
 
@@ -92,6 +93,29 @@ def test_old_weights_and_scores_are_unchanged(negatives, placing, leaves):
     top = grown.predict(X, topk=1).tocsr()
     carriers = np.flatnonzero(Y[:, 8].toarray().ravel())
     assert set(top[carriers].indices) == {8}  # the new label wins on its own documents
+
+
+def test_added_labels_reach_every_document_with_added_reach_all(tmp_path):
+    X, Y, C = block_task()
+    cfg = HierarchicalLinearConfig(threads=1, negatives="tfn+man", threshold=0.0, matcher_weight=0.5)
+    old = HierarchicalLinear.train(X, Y[:, :8], toy_tree(C), cfg)
+    grown, _ = old.add_labels(X, Y)  # two leaves, so copies: the merge runs too
+    reach = {r: with_settings(grown, {"added_reach": r}) for r in ("beam", "all")}
+    # a beam over every leaf reaches the new label everywhere: both ways give the same scores
+    wide = {r: m.predict(X, beam_size=4, topk=9).toarray() for r, m in reach.items()}
+    np.testing.assert_allclose(wide["all"], wide["beam"], rtol=1e-6)
+    # a beam of one leaf misses the new label's leaves on some documents; `all` scores it on every one
+    narrow = {r: m.predict(X, beam_size=1, topk=9).tocsr() for r, m in reach.items()}
+    assert narrow["beam"][:, 8].nnz < X.shape[0] == narrow["all"][:, 8].nnz
+    a, b = narrow["beam"][:, :8].tocoo(), narrow["all"][:, :8].tocsr()
+    assert np.array_equal(a.data, np.asarray(b[a.row, a.col]).ravel())  # old labels: bit for bit
+    assert (narrow["beam"][:, :8] != narrow["all"][:, :8]).nnz == 0  # and the same ones (topk holds all)
+    grown.save(tmp_path / "grown")
+    loaded = with_settings(HierarchicalLinear.load(tmp_path / "grown"), {"added_reach": "all"})
+    assert loaded.added_from == 8 and loaded.levels[-1]._W is None  # its added weights from the layout
+    assert (loaded.predict(X, beam_size=1, topk=9) != narrow["all"]).nnz == 0
+    with pytest.raises(RankerError, match="added_reach"):
+        HierarchicalLinearConfig(added_reach="some")
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from xtransformer.settings import Settings, predict_field, run_field
 FEATURES = ("tfidf", "tfidf+neural")
 NEGATIVES = ("tfn", "man", "tfn+man")
 LOSSES = ("squared_hinge", "logistic")
+ADDED_REACH = ("beam", "all")
 
 
 @dataclass
@@ -93,6 +94,16 @@ class HierarchicalLinearConfig(RankerConfig):
     # a label scores t(label) * path^w (w * path for log- post-processors); 1 = PECOS, 0 = the label
     # rankers alone over the beam's leaf clusters. Prediction only: training's beam is unweighted.
     matcher_weight: float = predict_field(1.0)
+    # how labels added to the trained model are reached at prediction: `beam` as the old labels (only
+    # where the frozen beam reaches one of their leaves), `all` on every document (their leaves' path
+    # scores computed for every document; the old labels' beam and scores unchanged). `all`: chosen
+    # for XR-Linear on EURLEX57K's held-out training documents (experiments/label_growth)
+    added_reach: str = predict_field("all")
+
+    def check(self) -> None:
+        super().check()
+        if self.added_reach not in ADDED_REACH:
+            raise self.bad("added_reach", f"expected one of {list(ADDED_REACH)}")
 
     def training_settings(self) -> dict[str, Any]:
         """Matcher-aware negatives come from the model's own beam, so its width and scores then

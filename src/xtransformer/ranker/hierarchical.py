@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,17 +31,20 @@ from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.extend import extend_level
 from xtransformer.ranker.features import as_features
 from xtransformer.ranker.fit import LevelSpec, solver_params, train_levels
-from xtransformer.ranker.level import LinearLevel, load_level, save_level
+from xtransformer.ranker.level import LinearLevel, best_labels, load_level, save_level
 from xtransformer.ranker.linear import load_model_meta
 from xtransformer.ranker.negatives import binarize
 from xtransformer.ranker.postprocess import get_post_processor
-from xtransformer.topk import Candidates
+from xtransformer.topk import Candidates, concat, dedupe_max
+from xtransformer.topk import topk as top_candidates
 from xtransformer.utils.io import atomic_dir, save_json
 
 if TYPE_CHECKING:  # indexing imports the ranker
     from xtransformer.indexing.placement import Placing
 
 log = logging.getLogger(__name__)
+
+ADDED_BLOCK = 1024  # documents a block when added labels are scored on every document (dense block x added)
 
 
 class HierarchicalLinear:
@@ -52,11 +56,16 @@ class HierarchicalLinear:
         config: HierarchicalLinearConfig,
         train_stats: list[dict] | None = None,
         copies: LabelCopies | None = None,
+        added_from: int | None = None,
     ):
         self.levels = levels
         self.config = config
         self.train_stats = train_stats or []
         self.copies = copies  # None: the leaf level is a partition (one column per label)
+        self.added_from = added_from  # the leaf level's first column added after training (None: none)
+        self._added: dict[
+            str, tuple[LinearLevel, np.ndarray]
+        ] = {}  # their columns alone, shared by the per-call copies
 
     @property
     def n_labels(self) -> int:
@@ -147,10 +156,15 @@ class HierarchicalLinear:
         if w < 0:
             raise RankerError(f"hierarchical linear: matcher_weight must be >= 0, got {w}")
         beam.score = post.weight_parent(beam.score, w)
+        width = topk if self.copies is None else self.copies.search_width(topk)
+        found = self.levels[-1].score(X, beam, post, width, self.config.n_threads)
+        if self.config.added_reach == "all" and self.added_from is not None:
+            found = top_candidates(
+                dedupe_max(concat([found, self._added_everywhere(X, post, w, width)], X.shape[0])), width
+            )
         if self.copies is None:
-            return self.levels[-1].score(X, beam, post, topk, self.config.n_threads).to_csr(self.n_labels)
-        copies = self.levels[-1].score(X, beam, post, self.copies.search_width(topk), self.config.n_threads)
-        return self.copies.merge_topk(copies, topk).to_csr(self.n_labels)
+            return found.to_csr(self.n_labels)
+        return self.copies.merge_topk(found, topk).to_csr(self.n_labels)
 
     def predict_clusters(
         self, X: sp.spmatrix | np.ndarray, beam_size: int | None = None, post_processor: str | None = None
@@ -160,6 +174,65 @@ class HierarchicalLinear:
         X = as_features(X)
         post = get_post_processor(post_processor or self.config.post_processor)
         return self._search(X, self.levels[:-1], post, beam_size).to_csr(self.levels[-1].n_clusters)
+
+    def _added_everywhere(self, X: sp.csr_matrix, post, w: float, keep: int) -> Candidates:
+        """The added columns of the leaf level scored on every document (``keep`` best a document):
+        their weights times the path score of their leaf (weighted by ``w``), as the beam would
+        score them where it reaches that leaf."""
+        added, leaf_of = self.added_level()
+        scorer = added._get_scorer()  # one cluster holds every added column: one pass over a document's features
+        labels = scorer.slot_label[0]
+        leaves, col = np.unique(leaf_of, return_inverse=True)
+        n, threads = X.shape[0], self.config.n_threads
+
+        def block(start: int) -> Candidates:  # a block of documents, on one thread
+            Xc = X[start : start + size]
+            doc = np.arange(Xc.shape[0], dtype=np.int64)
+            paths = self._paths(Xc, leaves, post, 1).to_csr(self.levels[-1].n_clusters)[:, leaves].toarray()
+            raw = scorer.pair_scores(Xc, doc, np.zeros_like(doc))
+            final = post.combine(raw, post.weight_parent(paths, w)[:, col[labels]])
+            slots = np.ascontiguousarray(np.broadcast_to(labels, final.shape))
+            return best_labels(doc + start, final, slots, n, keep)
+
+        size = min(ADDED_BLOCK, max(1, -(-n // threads)))
+        starts = list(range(0, n, size))
+        if threads > 1 and len(starts) > 1:
+            with ThreadPoolExecutor(threads) as pool:  # the compiled scoring releases the GIL
+                parts = list(pool.map(block, starts))
+        else:
+            parts = [block(start) for start in starts]
+        found = concat(parts, X.shape[0])
+        found.item = found.item + self.added_from
+        return found
+
+    def added_level(self) -> tuple[LinearLevel, np.ndarray]:
+        """The leaf level's added columns as one cluster (their weights alone) and the leaf of each,
+        built once and shared by the per-call copies of this model."""
+        if "level" not in self._added:
+            leaf, first = self.levels[-1], self.added_from
+            W = leaf.columns(first)
+            one = sp.csr_matrix(np.ones((W.shape[1], 1), np.float32))
+            self._added["level"] = (LinearLevel(W, one, leaf.bias).prepare(), leaf.C[first:].indices.copy())
+        return self._added["level"]
+
+    def _paths(self, X: sp.csr_matrix, leaves: np.ndarray, post, threads: int) -> Candidates:
+        """Every (document, leaf) pair of these leaf clusters with its path score (the
+        post-processor's combined space): the levels above scored only along their ancestors."""
+        n, upper = X.shape[0], self.levels[:-1]
+        if not upper:
+            doc = np.repeat(np.arange(n, dtype=np.int64), len(leaves))
+            return Candidates(
+                doc, np.tile(leaves.astype(np.int64), n), np.full(len(doc), post.root_score, np.float32), n
+            )
+        need = [leaves]
+        for level in reversed(upper[1:]):  # a level's C maps its nodes to their parents
+            need.append(np.unique(level.C[need[-1]].indices))
+        beam = Candidates.root(n, post.root_score)
+        for level, nodes in zip(upper, reversed(need)):
+            c = level.score(X, beam, post, level.n_labels, threads)
+            on_path = np.isin(c.item, nodes)
+            beam = Candidates(c.doc[on_path], c.item[on_path], c.score[on_path], n)
+        return beam
 
     def _search(self, X: sp.csr_matrix, levels: list[LinearLevel], post, beam_size: int | None) -> Candidates:
         """Beam search down ``levels``, ``beam_size`` nodes kept per level."""
@@ -193,7 +266,8 @@ class HierarchicalLinear:
             sp.csr_matrix(Y), X if X_index is None else X_index, C, placing.n_leaves(C), routes, by=placing.by
         )
         ext = extend_level(self.levels[-1], self.copies, self.config, X, sp.csr_matrix(Y), placed.leaves, routes)
-        model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies)
+        first = self.added_from if self.added_from is not None else self.levels[-1].n_labels
+        model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies, first)
         return model, {"placement": placed.summary(), "leaves": placed.leaves, "training": ext.info}
 
     # ------------------------------------------------------------------ persistence
@@ -209,6 +283,7 @@ class HierarchicalLinear:
                     "depth": len(self.levels),
                     "config": self.config.to_dict(),
                     "train_stats": self.train_stats,
+                    "added_from": self.added_from,
                 },
                 tmp / "model.json",
             )
@@ -218,12 +293,16 @@ class HierarchicalLinear:
         path = Path(path)
         meta = load_model_meta(path, "model.json", "HierarchicalLinear")
         levels = [load_level(path / f"level_{d}") for d in range(int(meta["depth"]))]
-        return cls(
+        model = cls(
             levels,
             HierarchicalLinearConfig(**meta["config"]),
             meta.get("train_stats"),
             LabelCopies.load(path / COPIES_DIR),
+            meta.get("added_from"),
         )
+        if model.added_from is not None:
+            model.added_level()  # now, not on the first request
+        return model
 
 
 def level_targets(Y: sp.csr_matrix, chain: Sequence[sp.csr_matrix]) -> list[sp.csr_matrix]:

@@ -58,6 +58,13 @@ class LinearLevel:
     def _shape(self) -> tuple[int, int]:
         return self._W.shape if self._W is not None else (self._scorer.F1, self._scorer.n_labels)
 
+    def columns(self, first: int) -> sp.csr_matrix:
+        """``W``'s columns from ``first`` on (csr ``(F + has_bias) x (L - first)``), without
+        rebuilding the rest from the scoring layout."""
+        if self._W is not None:
+            return sp.csr_matrix(sp.csc_matrix(self._W)[:, first:])
+        return self._scorer.weights(first)
+
     def keep_layout_only(self) -> LinearLevel:
         """Drop ``W`` once the scoring layout holds it (a level where each label sits in one
         cluster: the layout then holds every weight once)."""

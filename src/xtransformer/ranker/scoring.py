@@ -76,18 +76,26 @@ class PairScorer:
     def n_weights(self) -> int:
         return len(self.entries)
 
-    def weights(self) -> sp.csr_matrix:
-        """``W`` (csr, ``F1 x L``) rebuilt from the layout; for a level where each label sits in
-        one cluster (a label in several would be listed once per cluster)."""
+    def weights(self, first: int = 0) -> sp.csr_matrix:
+        """``W`` (csr, ``F1 x L``) rebuilt from the layout, or only its columns from ``first`` on
+        (``F1 x (L - first)``); for a level where each label sits in one cluster (a label in
+        several would be listed once per cluster)."""
         if not self.hard:
             raise RankerError("scoring layout: W cannot be rebuilt when labels sit in several clusters")
         per_row = np.diff(self.rows[:, 1]).astype(np.int64)
         cluster = np.repeat(self.rows[:-1, 0].astype(np.int64), per_row)
         label = self.slot_label[cluster, self.entries[:, 1].astype(np.int64)]
         indptr = self.rows[self.feat_ptr, 1].astype(np.int64)
-        W = sp.csr_matrix(
-            (self.entries[:, 0].copy(), label.astype(self.rows.dtype), indptr), shape=(self.F1, self.n_labels)
-        )
+        if first:
+            keep = label >= first
+            feature = np.repeat(np.arange(self.F1, dtype=np.int64), np.diff(indptr))[keep]
+            W = sp.csr_matrix(
+                (self.entries[keep, 0], (feature, label[keep] - first)), shape=(self.F1, self.n_labels - first)
+            )
+        else:
+            W = sp.csr_matrix(
+                (self.entries[:, 0].copy(), label.astype(self.rows.dtype), indptr), shape=(self.F1, self.n_labels)
+            )
         W.sort_indices()
         return W
 
