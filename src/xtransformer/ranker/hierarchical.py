@@ -268,6 +268,7 @@ class HierarchicalLinear:
         ext = extend_level(self.levels[-1], self.copies, self.config, X, sp.csr_matrix(Y), placed.leaves, routes)
         first = self.added_from if self.added_from is not None else self.levels[-1].n_labels
         model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies, first)
+        model.added_level()  # as a loaded model has it: ready before the first prediction
         return model, {"placement": placed.summary(), "leaves": placed.leaves, "training": ext.info}
 
     # ------------------------------------------------------------------ persistence
