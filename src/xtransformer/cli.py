@@ -369,7 +369,12 @@ def add_labels_main(argv: Sequence[str] | None = None) -> int:
         "reaches most often from its documents (default: the method's own, routes for xrtransformer, "
         "else centroid)",
     )
-    p.add_argument("--leaves", type=int, default=None, help="leaves per new label (default 2, or the tree's λ)")
+    p.add_argument(
+        "--leaves",
+        type=int,
+        default=None,
+        help="leaves per new label (default the method's: 2, XR-Transformer 3; or the tree's λ)",
+    )
     p.add_argument(
         "--zero-shot",
         action="store_true",

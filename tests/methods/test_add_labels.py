@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -12,8 +14,8 @@ from xtransformer import XMCModel, XRLinear
 from xtransformer.cli import add_labels_main
 from xtransformer.indexing.errors import IndexingError
 from xtransformer.indexing.placement import Placing, place_labels
-from xtransformer.model.folder import ModelError
 from xtransformer.methods.base import with_settings
+from xtransformer.model.folder import ModelError
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, RankerError
 
 IDS = [f"L{i}" for i in range(12)]
@@ -174,6 +176,20 @@ def test_added_model_keeps_old_scores_and_records_the_addition(toy_model):
     assert np.array_equal(a.data[shared != 0], shared[shared != 0]) and (shared != 0).sum() > 0
 
 
+def test_a_model_saved_before_added_reach_grows_with_it(toy_model, tmp_path):
+    model, texts, lists = toy_model
+    model.save(tmp_path / "old")
+    settings = tmp_path / "old" / "predict_settings.json"
+    record = json.loads(settings.read_text())
+    settings.write_text(json.dumps({k: v for k, v in record.items() if k != "added_reach"}))
+    old = XMCModel.load(tmp_path / "old", verify=False)
+    assert "added_reach" not in old.predict_settings
+    grown = old.add_labels(texts["train"], lists)
+    assert grown.predict_settings["added_reach"] == "all"  # XR-Linear's, and a call may change it
+    beam, every = (grown.predict_csr(texts["dev"], added_reach=r) for r in ("beam", "all"))
+    assert beam[:, 11].nnz <= every[:, 11].nnz == len(texts["dev"])
+
+
 def keywords_of(label: int, texts: list[str], Y: sp.csr_matrix) -> list[str]:
     """The words only documents with ``label`` use (the toy task's keywords of that label)."""
     has = Y[:, label].toarray().ravel() > 0
@@ -220,7 +236,8 @@ def test_neural_combination_adds_labels_to_every_member(tmp_path):
     lists = [[IDS[j] for j in Y["train"][i].indices] for i in range(Y["train"].shape[0])]
     without = [[label for label in row if label != "L11"] for row in lists]
     over = [o for o in TINY if not o.startswith("data.")] + ["indexing.n_clusters=4", "logger=none"]
-    s = compose_settings("method=xrtransformer", *over, "matcher.level_steps=[4,4]").methods
+    final_tree = "xrtransformer.final.indexing.max_leaf_size=4"  # 4 leaves: room for three a label
+    s = compose_settings("method=xrtransformer", *over, "matcher.level_steps=[4,4]", final_tree).methods
     combo = Combination.fit(
         texts["train"],
         without,
@@ -229,11 +246,16 @@ def test_neural_combination_adds_labels_to_every_member(tmp_path):
     )
     grown = combo.add_labels(texts["train"], lists)
     assert [m.label_ids for m in grown.members] == [IDS, IDS]
+    m, m_lin = grown.members
     # each member places the label by its own rule: XR-Transformer's final model by routes
     per_member = grown.report["added_labels"]
     assert per_member["xrtransformer"]["placement"]["by_routes"] == 1
     assert per_member["xrlinear"]["placement"]["by_centroid"] == 1
     assert [m.train_settings["added_labels"][-1]["placement"] for m in grown.members] == ["routes", "centroid"]
+    # and in its own number of leaves: XR-Transformer three (at most the tree's), XR-Linear two
+    trees = [m.final.chain[-1], m_lin.model.chain[-1]]  # label x leaf, a label's copies collapsed
+    assert [C[11].nnz for C in trees] == [min(3, trees[0].shape[1]), min(2, trees[1].shape[1])]
+    assert trees[0].shape[1] == 4
     a, b = combo.members[0].predict_csr(texts["dev"]).tocoo(), grown.members[0].predict_csr(texts["dev"]).tocsr()
     shared = np.asarray(b[a.row, a.col]).ravel()
     assert np.array_equal(a.data[shared != 0], shared[shared != 0])

@@ -15,7 +15,7 @@ each with its own weights, merged as a disentangled label's copies are. Without 
 uses its own (``XMCModel.default_placement``). On EURLEX57K, held-out training documents chose, as
 the fewest leaves within 0.3 of a model trained with the labels from the start on P@1, P@5 and
 nDCG@5 (``experiments/label_growth``): two leaves by centroid for XR-Linear (routes missed there),
-two by routes for XR-Transformer's final model (routes first among equally many leaves).
+three by routes for XR-Transformer's final model (``XMCModel.default_leaves``).
 """
 
 from __future__ import annotations
@@ -38,11 +38,13 @@ DEFAULT_LEAVES = 2
 @dataclass(frozen=True)
 class Placing:
     """How new labels are placed: ``by`` one of ``PLACEMENTS`` (None: the method's own, see
-    :meth:`resolved`); ``leaves`` per new label (None: ``DEFAULT_LEAVES``, or the tree's λ where it
-    is larger). Checked when made (one line)."""
+    :meth:`resolved`); ``leaves`` per new label (None: the method's ``usual_leaves``, else
+    ``DEFAULT_LEAVES``, or the tree's λ where it is larger, at most the tree's leaves). Checked
+    when made (one line)."""
 
     by: str | None = None
     leaves: int | None = None
+    usual_leaves: int | None = None  # the method's default: unlike ``leaves``, cut to a smaller tree
 
     def __post_init__(self) -> None:
         if self.by is not None and self.by not in PLACEMENTS:
@@ -52,16 +54,18 @@ class Placing:
         if self.leaves is not None and self.leaves < 1:
             raise IndexingError(f"leaves must be >= 1, got {self.leaves}")
 
-    def resolved(self, default: str) -> Placing:
-        """This placing with ``default`` as its rule where it names none."""
-        return self if self.by is not None else Placing(default, self.leaves)
+    def resolved(self, default: str, leaves: int | None = None) -> Placing:
+        """This placing with ``default`` as its rule where it names none, and ``leaves`` as the
+        method's usual leaves."""
+        usual = leaves if leaves is not None else self.usual_leaves
+        return Placing(self.by if self.by is not None else default, self.leaves, usual)
 
     def n_leaves(self, C: sp.spmatrix) -> int:
         """Leaves per new label in the tree whose leaf level is ``C`` (``L x K``)."""
         K = C.shape[1]
         if self.leaves is not None and self.leaves > K:
             raise IndexingError(f"leaves is {self.leaves} but the tree has only {K} leaf clusters")
-        return self.leaves or min(max(DEFAULT_LEAVES, leaves_per_label(C)), K)
+        return self.leaves or min(max(self.usual_leaves or DEFAULT_LEAVES, leaves_per_label(C)), K)
 
 
 @dataclass

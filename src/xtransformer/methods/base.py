@@ -88,6 +88,7 @@ class XMCModel:
     # where add_labels puts a new label unless told (indexing/placement.py: chosen per method on
     # held-out training documents); None: each member's own (a combination)
     default_placement: ClassVar[str | None] = "centroid"
+    default_leaves: ClassVar[int | None] = None  # leaves per new label unless told (None: placement.DEFAULT_LEAVES)
     needs_text: bool = False  # True: predicts from texts only (an encoder reads them)
 
     def __init__(self, records: ModelRecords):
@@ -204,7 +205,7 @@ class XMCModel:
         ``label_names``: as :meth:`fit` takes them (names name the new labels). ``placement``:
         ``centroid`` (the nearest leaves) or ``routes`` (those the model reaches from the label's
         documents), default the method's ``default_placement``; ``leaves``: leaves per new label,
-        default 2 (``indexing/placement.py``)."""
+        default the method's ``default_leaves``, else 2 (``indexing/placement.py``)."""
         import dataclasses
         import time
 
@@ -213,7 +214,7 @@ class XMCModel:
 
         placing = Placing(placement, leaves)  # bad settings fail before any data work
         if self.default_placement is not None:  # a combination leaves the rule to each member
-            placing = placing.resolved(self.default_placement)
+            placing = placing.resolved(self.default_placement, self.default_leaves)
         data = LabeledData.build(inputs, labels, label_ids, label_names)
         plan = plan_additions(self.label_ids, self.label_names, data, new_labels, placing)
         start = time.perf_counter()

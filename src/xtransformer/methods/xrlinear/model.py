@@ -101,6 +101,7 @@ class XRLinear(XMCModel):
         model, report = self.model.add_labels(X, d.Y, placing=plan.placing)
         model.config = self.model.config
         out = XRLinear(self.grown_records(plan), self.tfidf, model)
+        out.predict_settings.setdefault("added_reach", model.config.added_reach)  # a folder saved before the setting
         out.report = grown_report(report, plan.new_ids)
         return out
 

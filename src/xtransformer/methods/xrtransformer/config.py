@@ -48,7 +48,7 @@ class FinalModelConfig(Settings):
     # prediction the label rankers outweigh the path above them (matcher_weight 0.2: experiments/matcher_weight)
     model: HierarchicalLinearConfig = field(
         default_factory=lambda: HierarchicalLinearConfig(
-            features="tfidf+neural", negatives="tfn+man", threshold=0.01, matcher_weight=0.2, added_reach="beam"
+            features="tfidf+neural", negatives="tfn+man", threshold=0.01, matcher_weight=0.2
         )
     )
     # prediction only: also rank with the fine-tuned label-level head, combined with the linear

@@ -43,7 +43,10 @@ class XRTransformer(NeuralModel):
     optionally combined with the label-level head (``combine_head``)."""
 
     kind = "xrtransformer"
-    default_placement = "routes"  # two leaves by routes: within 0.3 of retraining on held-out documents
+    # three leaves by routes (added labels scored on every document, `added_reach: all`): the fewest
+    # within 0.3 of retraining on held-out training documents (experiments/label_growth)
+    default_placement = "routes"
+    default_leaves = 3
     settings_class = XRTransformerSettings
 
     def __init__(
@@ -171,6 +174,7 @@ class XRTransformer(NeuralModel):
             placed = place_labels(plan.data.Y, feats, chain.leaf_assignment, leaves_per_label(chain.leaf_assignment))
             chain = grow_chain(chain, placed.leaves)
         out = XRTransformer(self.grown_records(plan), self.tfidf, self.matcher, self.features, final, chain)
+        out.predict_settings.setdefault("added_reach", final.config.added_reach)  # a folder saved before the setting
         out.device = self.device
         out.report = grown_report(report, plan.new_ids)
         return out
