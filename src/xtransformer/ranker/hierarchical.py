@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # indexing imports the ranker
 
 log = logging.getLogger(__name__)
 
-ADDED_BLOCK = 1024  # documents a block when added labels are scored on every document (dense block x added)
+ADDED_CELLS = 1 << 22  # (document, added label) cells a block when added labels are scored on every document
 
 
 class HierarchicalLinear:
@@ -63,9 +63,8 @@ class HierarchicalLinear:
         self.train_stats = train_stats or []
         self.copies = copies  # None: the leaf level is a partition (one column per label)
         self.added_from = added_from  # the leaf level's first column added after training (None: none)
-        self._added: dict[
-            str, tuple[LinearLevel, np.ndarray]
-        ] = {}  # their columns alone, shared by the per-call copies
+        # the added columns alone (added_level), shared by the per-call copies of this model
+        self._added: dict[str, tuple[LinearLevel, np.ndarray]] = {}
 
     @property
     def n_labels(self) -> int:
@@ -194,7 +193,7 @@ class HierarchicalLinear:
             slots = np.ascontiguousarray(np.broadcast_to(labels, final.shape))
             return best_labels(doc + start, final, slots, n, keep)
 
-        size = min(ADDED_BLOCK, max(1, -(-n // threads)))
+        size = max(1, min(ADDED_CELLS // len(labels), -(-n // threads)))  # dense blocks of bounded size
         starts = list(range(0, n, size))
         if threads > 1 and len(starts) > 1:
             with ThreadPoolExecutor(threads) as pool:  # the compiled scoring releases the GIL
