@@ -187,7 +187,7 @@ class HierarchicalLinear:
         def block(start: int) -> Candidates:  # a block of documents, on one thread
             Xc = X[start : start + size]
             doc = np.arange(Xc.shape[0], dtype=np.int64)
-            paths = self._paths(Xc, leaves, post, 1).to_csr(self.levels[-1].n_clusters)[:, leaves].toarray()
+            paths = self._paths(Xc, leaves, post, 1)
             raw = scorer.pair_scores(Xc, doc, np.zeros_like(doc))
             final = post.combine(raw, post.weight_parent(paths, w)[:, col[labels]])
             slots = np.ascontiguousarray(np.broadcast_to(labels, final.shape))
@@ -214,15 +214,13 @@ class HierarchicalLinear:
             self._added["level"] = (LinearLevel(W, one, leaf.bias).prepare(), leaf.C[first:].indices.copy())
         return self._added["level"]
 
-    def _paths(self, X: sp.csr_matrix, leaves: np.ndarray, post, threads: int) -> Candidates:
-        """Every (document, leaf) pair of these leaf clusters with its path score (the
-        post-processor's combined space): the levels above scored only along their ancestors."""
+    def _paths(self, X: sp.csr_matrix, leaves: np.ndarray, post, threads: int) -> np.ndarray:
+        """Path scores (``N x len(leaves)``, the post-processor's combined space) of these leaf
+        clusters (sorted, unique) for every document: the levels above scored only along their
+        ancestors, every child of an ancestor kept, so no pair is missing."""
         n, upper = X.shape[0], self.levels[:-1]
         if not upper:
-            doc = np.repeat(np.arange(n, dtype=np.int64), len(leaves))
-            return Candidates(
-                doc, np.tile(leaves.astype(np.int64), n), np.full(len(doc), post.root_score, np.float32), n
-            )
+            return np.full((n, len(leaves)), post.root_score, dtype=np.float32)
         need = [leaves]
         for level in reversed(upper[1:]):  # a level's C maps its nodes to their parents
             need.append(np.unique(level.C[need[-1]].indices))
@@ -231,7 +229,9 @@ class HierarchicalLinear:
             c = level.score(X, beam, post, level.n_labels, threads)
             on_path = np.isin(c.item, nodes)
             beam = Candidates(c.doc[on_path], c.item[on_path], c.score[on_path], n)
-        return beam
+        out = np.zeros((n, len(leaves)), dtype=np.float32)
+        out[beam.doc, np.searchsorted(leaves, beam.item)] = beam.score
+        return out
 
     def _search(self, X: sp.csr_matrix, levels: list[LinearLevel], post, beam_size: int | None) -> Candidates:
         """Beam search down ``levels``, ``beam_size`` nodes kept per level."""
