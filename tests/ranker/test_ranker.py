@@ -18,8 +18,11 @@ from xtransformer.ranker import (
     LinearRanker,
     RankerConfig,
     RankerError,
+    blocks,
     concat_features,
+    fit,
     get_post_processor,
+    kernels,
     negative_mask,
     ranker_features,
     scoring,
@@ -521,6 +524,48 @@ def test_solver_hands_back_the_kept_weights_only(loss):
     for t, j in {(task[c], s) for c, s in zip(kept.col, kept.slot)}:  # one run per (task, slot), increasing
         at = np.flatnonzero((task[kept.col] == t) & (kept.slot == j))
         assert np.all(np.diff(at) == 1) and np.all(np.diff(kept.col[at]) > 0)
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.01])
+def test_lockstep_slots_do_not_depend_on_their_neighbours(eps):
+    """The slots of a block run in lockstep and step out as they finish (padding at once, the
+    others at different passes): each slot's weights are the same, bit for bit, whatever the
+    order of the slots beside it."""
+    X, Y, C = random_problem(n=300, L=13, K=4, seed=5)  # clusters of unequal size: padded slots
+    groups = make_groups(C, tfn_mask(Y, C))
+    bd = build_block(X, Y, groups, np.arange(groups.n_groups), bias=1.0)
+    params = SolverParams(eps=eps, max_iter=100)
+    n = bd.Y.shape[1]
+
+    def solve(perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        layout = dataclasses.replace(bd, Y=np.ascontiguousarray(bd.Y[:, perm]), slot_label=bd.slot_label[:, perm])
+        block = Block.from_rows(X, layout, 1.0, 1.0, 1.0)
+        passes = np.zeros((len(bd.row_len), n), np.int64)
+        kernels.dual_cd_squared_hinge(
+            X.indptr, X.indices, X.data, X.shape[1], block.rows, block.row_len, block.col_feature, block.col_len,
+            np.float32(1.0), block.Y, 1.0, 1.0, params.eps, params.max_iter, params.seed, 0.0, passes,
+        )  # fmt: skip
+        return dense_weights(solve_block(block, params), len(bd.col_feature), n), passes
+
+    base, passes = solve(np.arange(n))
+    assert (bd.slot_label < 0).any() and len(set(passes[bd.slot_label >= 0])) > 2  # slots finish apart
+    for seed in range(3):
+        perm = np.random.default_rng(seed).permutation(n)
+        W, p = solve(perm)
+        np.testing.assert_array_equal(W, base[:, perm])
+        np.testing.assert_array_equal(p, passes[:, perm])
+
+
+def test_block_order_changes_no_weight(monkeypatch):
+    """Blocks go to the worker threads largest first; solved in the opposite order, every weight
+    is the same."""
+    X, Y, C = random_problem(n=300, L=16, K=8, seed=3)
+    mask = tfn_mask(Y, C)
+    cfg = RankerConfig(features="tfidf", negatives="tfn", threshold=0.0, batch_nnz=1, threads=2)
+    first = LinearRanker.train(X, Y, C, mask, cfg).W
+    monkeypatch.setattr(fit, "batch_costs", lambda *a: -blocks.batch_costs(*a))
+    again = LinearRanker.train(X, Y, C, mask, cfg).W
+    assert (first != again).nnz == 0 and first.nnz > 0
 
 
 @pytest.mark.parametrize("bias", [1.0, 0.0])

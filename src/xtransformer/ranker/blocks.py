@@ -88,8 +88,7 @@ def plan_batches(groups: TaskGroups, row_nnz: np.ndarray, min_nnz: int) -> list[
     live = np.flatnonzero((groups.n_labels > 0) & (groups.n_rows > 0))
     if live.size == 0:
         return []
-    nnz_cum = np.concatenate([[0], np.cumsum(row_nnz[groups.rows] + 1, dtype=np.int64)])
-    group_nnz = nnz_cum[groups.row_ptr[1:]] - nnz_cum[groups.row_ptr[:-1]]
+    group_nnz = _group_nnz(groups, row_nnz)
     order = live[np.argsort(groups.n_labels[live], kind="stable")]
     batches, start, acc = [], 0, 0
     for i, g in enumerate(order):  # loop over clusters (not labels) to cut the sequence
@@ -99,6 +98,19 @@ def plan_batches(groups: TaskGroups, row_nnz: np.ndarray, min_nnz: int) -> list[
         acc += int(group_nnz[g])
     batches.append(order[start:])
     return batches
+
+
+def batch_costs(groups: TaskGroups, batches: list[np.ndarray], row_nnz: np.ndarray) -> np.ndarray:
+    """Each batch's solver work, estimated as its groups' nonzeros of X times their labels (what
+    orders the blocks largest first)."""
+    work = _group_nnz(groups, row_nnz) * groups.n_labels
+    return np.array([int(work[b].sum()) for b in batches], dtype=np.int64)
+
+
+def _group_nnz(groups: TaskGroups, row_nnz: np.ndarray) -> np.ndarray:
+    """Nonzeros of X (the bias counted) in each group's training rows."""
+    nnz_cum = np.concatenate([[0], np.cumsum(row_nnz[groups.rows] + 1, dtype=np.int64)])
+    return nnz_cum[groups.row_ptr[1:]] - nnz_cum[groups.row_ptr[:-1]]
 
 
 @dataclass

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from xtransformer.ranker.blocks import BlockData, build_block, make_groups, plan_batches
+from xtransformer.ranker.blocks import BlockData, batch_costs, build_block, make_groups, plan_batches
 from xtransformer.ranker.config import RankerConfig
 from xtransformer.ranker.level import LinearLevel
 from xtransformer.ranker.negatives import binarize
@@ -64,10 +64,14 @@ def train_levels(
     # with fewer blocks than threads, split each block's labels so that every thread works
     slots = MAX_SLOTS if n_blocks >= threads else max(1, min(MAX_SLOTS, -(-most_labels // threads)))
     trainer = BlockTrainer(params, threshold, threads, slots, n_tags=len(specs))
+    # largest blocks first, across levels: the pool ends on small ones, so no thread waits
+    # long on another's last block (the order changes no weight: a block is solved alone)
+    jobs = [(d, b) for d, bs in enumerate(batches) for b in bs]
+    costs = np.concatenate([batch_costs(g, bs, row_nnz) for g, bs in zip(groups, batches)] + [np.zeros(0, np.int64)])
     try:
-        for d, (spec, g, bs) in enumerate(zip(specs, groups, batches)):
-            for batch in bs:
-                trainer.submit(X, build_block(X, spec.Y, g, batch, bias), bias, tag=d)
+        for j in np.argsort(-costs, kind="stable"):
+            d, batch = jobs[j]
+            trainer.submit(X, build_block(X, specs[d].Y, groups[d], batch, bias), bias, tag=d)
     finally:
         parts = trainer.finish()
         release_free_memory()  # the workers' scratch, before the levels' matrices are built

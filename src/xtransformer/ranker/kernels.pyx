@@ -177,13 +177,15 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
     is feature-major, a feature's slots side by side): with up to 64 slots, 3x faster than
     solving one problem at a time on EURLEX57K. Each slot keeps its own shrinking and stopping;
     a row leaves the pass order once every running slot has shrunk it. The shuffle is an xorshift
-    stream seeded by (``seed``, task): the result does not depend on threads.
+    stream seeded by (``seed``, task): the result does not depend on threads. A slot that finishes
+    (or is padding) moves behind the running ones (``_retire``): the lockstep loops run over the
+    running slots only, so a row visit costs what the problems still solving need.
     Returns the weights with ``|w| >= threshold`` of the non-padding slots as triplets ``(col, slot,
     value)``, task by task, slot by slot, columns increasing: a block's dense ``Fb x n`` weights
     are never held. ``passes[t, j]`` counts the passes made.
     """
     cdef int64_t n_tasks = row_len.shape[0], S = Y.shape[1], max_rows = 0, max_cols = 0, max_nnz = 0
-    cdef int64_t t, i, j, e, c, q, r0 = 0, c0 = 0, nr, nc, n_w, bias_col, n_done, active, it, s, k, f, m
+    cdef int64_t t, i, j, e, c, q, r0 = 0, c0 = 0, nr, nc, n_w, bias_col, n_live, active, it, s, k, f, m
     cdef const float *pf
     cdef bint has_bias = bias > 0, in_place, moved, live, restore
     r0 = 0
@@ -208,7 +210,8 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
     cdef int64_t[::1] index = np.zeros(max_rows, np.int64)
     cdef float[::1] g = np.zeros(S, np.float32)
     cdef float[::1] dlt = np.zeros(S, np.float32)
-    cdef int8_t[::1] done = np.zeros(S, np.int8)
+    cdef int64_t[::1] slot_of = np.zeros(S, np.int64)  # position -> slot; running slots first
+    cdef int64_t[::1] pos_of = np.zeros(S, np.int64)  # slot -> position
     cdef int64_t[::1] n_shrunk = np.zeros(S, np.int64)
     cdef double[::1] pg_max_old = np.zeros(S, np.float64)
     cdef double[::1] pg_max_new = np.zeros(S, np.float64)
@@ -252,10 +255,9 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
             for i in range(n_w):
                 for j in range(S):
                     w[i, j] = 0.0
-            n_done = 0
             for j in range(S):
-                done[j] = Y[r0, j] == 0  # padding slot (a task's slots share their validity)
-                n_done += done[j]
+                slot_of[j] = j
+                pos_of[j] = j
                 n_shrunk[j] = 0
                 pg_max_old[j] = INFINITY  # the squared hinge's dual has no upper bound: only alpha = 0 shrinks
             for i in range(nr):
@@ -267,11 +269,17 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
                 for j in range(S):
                     alpha[i, j] = 0.0
                     shrunk[i, j] = False
+            n_live = S
+            for j in range(S - 1, -1, -1):
+                if Y[r0, j] == 0:  # padding slot (a task's slots share their validity): never runs
+                    n_live -= 1
+                    _retire(pos_of[j], n_live, n_w, nr, w, alpha, shrunk, n_shrunk, pg_max_old, pg_max_new,
+                            pg_min_new, slot_of, pos_of)
             state = (<uint64_t>(seed * 1000003 + t * 7919 + 1)) * <uint64_t>0x9E3779B97F4A7C15ULL | <uint64_t>1
             active = nr
             it = 0
-            while it < max_iter and n_done < S:
-                for j in range(S):
+            while it < max_iter and n_live > 0:
+                for j in range(n_live):
                     pg_max_new[j] = -INFINITY
                     pg_min_new[j] = INFINITY
                 for s in range(active - 1):  # Fisher-Yates over the active rows
@@ -283,27 +291,27 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
                 s = 0
                 while s < active:
                     i = index[s]
-                    for j in range(S):
+                    for j in range(n_live):
                         g[j] = 0.0
                     for e in range(row_start[i], row_end[i]):
                         if e + PREFETCH < row_end[i]:  # w's rows are random reads: ask for them early
                             pf = &w[ti[e + PREFETCH], 0]
-                            for q in range(0, S, 16):
+                            for q in range(0, n_live, 16):
                                 __builtin_prefetch(pf + q)
                         x = tv[e]
                         f = ti[e]
-                        for j in range(S):
+                        for j in range(n_live):
                             g[j] += w[f, j] * x
                     if has_bias:
-                        for j in range(S):
+                        for j in range(n_live):
                             g[j] += w[bias_col, j] * bias
                     moved = False
                     live = False
-                    for j in range(S):
+                    for j in range(n_live):
                         dlt[j] = 0.0
-                        if done[j] or shrunk[i, j]:
+                        if shrunk[i, j]:
                             continue
-                        y = <float>Y[r0 + i, j]
+                        y = <float>Y[r0 + i, slot_of[j]]
                         diag = 0.5 / (Cp if y > 0 else Cn)
                         G = <double>(y * g[j]) - 1.0 + alpha[i, j] * diag
                         pg = 0.0
@@ -328,10 +336,10 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
                         for e in range(row_start[i], row_end[i]):
                             x = tv[e]
                             f = ti[e]
-                            for j in range(S):
+                            for j in range(n_live):
                                 w[f, j] += dlt[j] * x
                         if has_bias:
-                            for j in range(S):
+                            for j in range(n_live):
                                 w[bias_col, j] += dlt[j] * bias
                     if not live:  # shrunk for every running slot: out of this pass order
                         active -= 1
@@ -340,14 +348,13 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
                     s += 1
                 it += 1
                 restore = False
-                for j in range(S):
-                    if done[j]:
-                        continue
+                for j in range(n_live - 1, -1, -1):  # backwards: the slot retired into j was already checked
                     if pg_max_new[j] - pg_min_new[j] <= eps:
                         if n_shrunk[j] == 0:
-                            done[j] = True
-                            n_done += 1
-                            passes[t, j] = it
+                            passes[t, slot_of[j]] = it
+                            n_live -= 1
+                            _retire(j, n_live, n_w, nr, w, alpha, shrunk, n_shrunk, pg_max_old, pg_max_new,
+                                    pg_min_new, slot_of, pos_of)
                         else:  # converged on the shrunk set: check every row once more
                             for i in range(nr):
                                 shrunk[i, j] = False
@@ -358,9 +365,8 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
                         pg_max_old[j] = pg_max_new[j] if pg_max_new[j] > 0 else INFINITY
                 if restore:
                     active = nr
-            for j in range(S):
-                if not done[j] and Y[r0, j] != 0:
-                    passes[t, j] = it
+            for j in range(n_live):  # stopped at max_iter
+                passes[t, slot_of[j]] = it
             for j in range(S):
                 if Y[r0, j] == 0:  # padding slot
                     continue
@@ -368,7 +374,7 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
                     failed = 1
                     break
                 for c in range(nc):
-                    v = w[col_feature[c0 + c] if in_place else c, j]
+                    v = w[col_feature[c0 + c] if in_place else c, pos_of[j]]
                     if fabs(v) >= threshold:
                         kept.col[kept.n] = <int32_t>(c0 + c)
                         kept.slot[kept.n] = <int32_t>j
@@ -389,6 +395,28 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
         free(kept.col)
         free(kept.slot)
         free(kept.val)
+
+
+cdef void _retire(int64_t a, int64_t b, int64_t n_w, int64_t nr, float[:, ::1] w, double[:, ::1] alpha,
+                  int8_t[:, ::1] shrunk, int64_t[::1] n_shrunk, double[::1] pg_max_old, double[::1] pg_max_new,
+                  double[::1] pg_min_new, int64_t[::1] slot_of, int64_t[::1] pos_of) noexcept nogil:
+    """Swap the state of positions ``a`` and ``b`` of the dual coordinate descent (``b``: the first
+    position behind the running slots), so that the slot at ``a`` stops running."""
+    cdef int64_t i
+    if a == b:
+        return
+    for i in range(n_w):
+        w[i, a], w[i, b] = w[i, b], w[i, a]
+    for i in range(nr):
+        alpha[i, a], alpha[i, b] = alpha[i, b], alpha[i, a]
+        shrunk[i, a], shrunk[i, b] = shrunk[i, b], shrunk[i, a]
+    n_shrunk[a], n_shrunk[b] = n_shrunk[b], n_shrunk[a]
+    pg_max_old[a], pg_max_old[b] = pg_max_old[b], pg_max_old[a]
+    pg_max_new[a], pg_max_new[b] = pg_max_new[b], pg_max_new[a]
+    pg_min_new[a], pg_min_new[b] = pg_min_new[b], pg_min_new[a]
+    slot_of[a], slot_of[b] = slot_of[b], slot_of[a]
+    pos_of[slot_of[a]] = a
+    pos_of[slot_of[b]] = b
 
 
 cdef void _copy_kept(Kept kept, int32_t[::1] col, int32_t[::1] slot, float[::1] val) noexcept:
