@@ -2,16 +2,17 @@
 
     python experiments/label_growth/bench_label_growth.py [--drop 0.1] [--min-docs 5] [--seed 0]
 
-A seeded draw of ``--drop`` of the labels with at least ``--min-docs`` training documents is
-held back: XR-Linear (the settings of ``--experiment``, default ``eurlex57k_xr_ensemble``'s
-XR-Linear) is trained on all labels (``full``) and without the drawn ones (``reduced``); the
-reduced model then gets them back with ``add_labels``, once from all training documents
-(``grown``: the other labels' documents are the new labels' negatives, as in training) and once
-from only the documents that carry a drawn label (``grown-own-docs``). Every model scores the
-dev split. The check of the old labels: for dev documents that carry no drawn label, every
-(document, old label) score both the reduced and a grown model return is compared bit for bit,
-and the share of documents whose top-5 old labels are unchanged is counted (a new label that
-enters a document's top 5 pushes an old one out). Prints the table and writes
+A seeded draw of ``--drop`` of the labels with at least ``--min-docs`` training documents is held
+back: XR-Linear (the settings of ``--experiment``, default ``eurlex57k_xr_ensemble``'s XR-Linear)
+is trained on all labels (``full``) and without the drawn ones (``reduced``); the reduced model
+then gets them back with ``add_labels``, once from all training documents (``grown``: the other
+labels' documents are the new labels' negatives, as in training) and once from only the documents
+that carry a drawn label (``grown-own-docs``). Every model scores the dev split; each row also
+counts what its top 5s hold (right on a held-back label, a held-back label there but wrong, right
+on another label: where a P@5 gap comes from). The check of the old labels: for dev documents that
+carry no drawn label, every (document, old label) score both the reduced and a grown model return
+is compared bit for bit, and the share of documents whose top-5 old labels are unchanged is counted
+(a new label that enters a document's top 5 pushes an old one out). Prints the table and writes
 ``<results>/label-growth-<tag>.{json,md}``.
 """
 
@@ -63,10 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     dev = setup["dev"]
     models = {"full": (full, t_full), "reduced": (reduced, t_reduced), "grown": (grown, t_grown)}
     models["grown-own-docs"] = (own, t_own)
-    rows = [row(name, m, dev, ids, t) for name, (m, t) in models.items()]
+    rows = [row(name, m, dev, ids, t, dropped) for name, (m, t) in models.items()]
     other = "beam" if grown.predict_settings.get("added_reach") == "all" else "all"
     if "added_reach" in grown.predict_settings:  # the same grown model with the other reach (a prediction setting)
-        rows.append(row(f"grown, added_reach {other}", grown, dev, ids, t_grown, added_reach=other))
+        rows.append(row(f"grown, added_reach {other}", grown, dev, ids, t_grown, dropped, added_reach=other))
     plain = np.flatnonzero(np.diff(sp.csr_matrix(dev["Y"][:, dropped]).indptr) == 0)
     checks = {name: old_labels_check(reduced, models[name][0], dev["X"], plain) for name in ("grown", "grown-own-docs")}
     record = {
@@ -146,18 +147,39 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
-def row(name: str, model, dev, ids: list[str], seconds: float, **settings) -> dict:
+def row(name: str, model, dev, ids: list[str], seconds: float, dropped: np.ndarray, **settings) -> dict:
     """Dev metrics in the full label space (a held-back label the model lacks counts as a miss),
-    with these prediction ``settings``; and the seconds the dev predictions took (after a first call
-    on one document, which builds the scoring layouts a loaded model builds as it loads)."""
+    with these prediction ``settings``; the seconds the dev predictions took (after a first call
+    on one document, which builds the scoring layouts a loaded model builds as it loads); and what
+    the top 5s hold (``top5_split``)."""
     from xtransformer.metrics import evaluate
 
     model.predict_features_csr(dev["X"][:1], **settings)  # builds the scoring layouts: the timing is of predicting
     P, predict_s = timed(lambda: model.predict_features_csr(dev["X"], **settings))
-    metrics = evaluate(dev["Y"], in_space(P, model.label_ids, ids))
+    P = in_space(P, model.label_ids, ids)
+    metrics = evaluate(dev["Y"], P)
     print(f"{name}: {rounded(metrics)} in {seconds:.1f} s (dev predicted in {predict_s:.1f} s)", flush=True)
     out = {"name": name, "seconds": round(seconds, 2), "predict_s": round(predict_s, 2), "n_labels": model.n_labels}
-    return out | rounded(metrics)
+    return out | rounded(metrics) | top5_split(P, dev["Y"], dropped)
+
+
+def top5_split(P: sp.csr_matrix, Y: sp.spmatrix, dropped: np.ndarray) -> dict:
+    """Where a P@5 gap comes from: the (document, label) pairs of the top 5s that are right, on the
+    held-back labels and on the others, and the held-back labels that are there but wrong."""
+    from xtransformer.topk import topk_csr
+
+    top = topk_csr(P, 5)
+    top.data[:] = 1.0
+    right = top.multiply(sp.csr_matrix(Y) > 0).tocsc()
+    top = top.tocsc()
+    held = np.zeros(P.shape[1], bool)
+    held[dropped] = True
+    per_label = np.diff(right.indptr)
+    return {
+        "top5_held_back_right": int(per_label[held].sum()),
+        "top5_held_back_wrong": int(np.diff(top.indptr)[held].sum() - per_label[held].sum()),
+        "top5_others_right": int(per_label[~held].sum()),
+    }
 
 
 def in_space(pred: sp.csr_matrix, model_ids: list[str], ids: list[str]) -> sp.csr_matrix:
@@ -186,13 +208,17 @@ def old_labels_check(reduced, grown, X: sp.csr_matrix, docs: np.ndarray) -> dict
 
 
 def table(record: dict) -> str:
-    head = "| model | labels | P@1 | P@3 | P@5 | nDCG@5 | training / adding s | dev predicted in s |"
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    head = (
+        "| model | labels | P@1 | P@3 | P@5 | nDCG@5 | training / adding s | dev predicted in s "
+        "| top 5: held-back right / wrong, others right |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for r in record["rows"]:
         lines.append(
             f"| {r['name']} | {r['n_labels']} | "
             + " | ".join(f"{r[k]:.2f}" for k in METRICS)
-            + f" | {r['seconds']:.1f} | {r['predict_s']:.1f} |"
+            + f" | {r['seconds']:.1f} | {r['predict_s']:.1f} | {r['top5_held_back_right']} / "
+            + f"{r['top5_held_back_wrong']} / {r['top5_others_right']} |"
         )
     for name, c in record["old_labels"].items():
         lines.append(
