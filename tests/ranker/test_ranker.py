@@ -31,7 +31,7 @@ from xtransformer.ranker import (
     train_ranker,
 )
 from xtransformer.ranker.blocks import build_block, make_groups, plan_batches
-from xtransformer.ranker.solver import Block, SolverParams, solve_block
+from xtransformer.ranker.solver import Block, SolvedWeights, SolverParams, solve_block
 
 TIGHT = {"eps": 1e-7, "max_iter": 100, "max_cg_iter": 500}
 
@@ -534,18 +534,16 @@ def test_lockstep_slots_do_not_depend_on_their_neighbours(eps):
     X, Y, C = random_problem(n=300, L=13, K=4, seed=5)  # clusters of unequal size: padded slots
     groups = make_groups(C, tfn_mask(Y, C))
     bd = build_block(X, Y, groups, np.arange(groups.n_groups), bias=1.0)
-    params = SolverParams(eps=eps, max_iter=100)
     n = bd.Y.shape[1]
 
     def solve(perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        layout = dataclasses.replace(bd, Y=np.ascontiguousarray(bd.Y[:, perm]), slot_label=bd.slot_label[:, perm])
-        block = Block.from_rows(X, layout, 1.0, 1.0, 1.0)
+        Yp = np.ascontiguousarray(bd.Y[:, perm])
         passes = np.zeros((len(bd.row_len), n), np.int64)
-        kernels.dual_cd_squared_hinge(
-            X.indptr, X.indices, X.data, X.shape[1], block.rows, block.row_len, block.col_feature, block.col_len,
-            np.float32(1.0), block.Y, 1.0, 1.0, params.eps, params.max_iter, params.seed, 0.0, passes,
+        kept = kernels.dual_cd_squared_hinge(
+            X.indptr, X.indices, X.data, X.shape[1], bd.rows, bd.row_len, bd.col_feature, bd.col_len,
+            np.float32(1.0), Yp, 1.0, 1.0, eps, 100, 0, 0.0, passes,
         )  # fmt: skip
-        return dense_weights(solve_block(block, params), len(bd.col_feature), n), passes
+        return dense_weights(SolvedWeights(*kept), len(bd.col_feature), n), passes
 
     base, passes = solve(np.arange(n))
     assert (bd.slot_label < 0).any() and len(set(passes[bd.slot_label >= 0])) > 2  # slots finish apart
