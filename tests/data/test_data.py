@@ -143,6 +143,27 @@ def test_tfidf_settings_and_cache(toy, tmp_path):
     assert len(list((tmp_path / "c" / "stages" / "tfidf").iterdir())) == 2
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_given_feature_rows_are_unit_rows_and_the_input_is_untouched(dtype):
+    """Feature rows given instead of texts come back l2-normalised (an all-zero row stays zero) as
+    float32 csr; the caller's matrix is left as it was."""
+    from xtransformer.data.tfidf import given_features
+
+    scale = sp.diags(np.where(np.arange(30) == 3, 0.0, 5.0).astype(dtype))  # row 3 all zero
+    X = sp.csr_matrix(scale @ sp.random(30, 12, density=0.3, format="csr", dtype=dtype, random_state=0))
+    X.eliminate_zeros()
+    X0 = X.copy()
+    features, rows = given_features(X)
+    assert rows.dtype == np.float32 and sp.isspmatrix_csr(rows) and features.n_features == 12
+    norms = np.sqrt(np.asarray(rows.multiply(rows).sum(axis=1))).ravel()
+    np.testing.assert_allclose(norms[np.arange(30) != 3], 1.0, rtol=1e-6)
+    assert norms[3] == 0
+    np.testing.assert_allclose(
+        rows.toarray() * np.linalg.norm(X.toarray(), axis=1, keepdims=True), X.toarray(), rtol=1e-5
+    )
+    assert (X != X0).nnz == 0 and X.dtype == dtype
+
+
 def test_tfidf_lead_block_is_the_documents_opening_weighted_beside_the_body(toy, tmp_path):
     from sklearn.feature_extraction.text import TfidfVectorizer
 
