@@ -517,6 +517,19 @@ def layout_counts(const ptr_t[::1] indptr, const ind_t[::1] indices, const int64
     return count, n_entries
 
 
+def layout_labels(const lay_t[:, ::1] rows, const float[:, ::1] entries, const int64_t[:, ::1] slot_label,
+                  lay_t[::1] out):
+    """``out[e]``: the label of entry ``e`` of a scoring layout (``PairScorer``): entry ``e`` of row
+    ``r`` is slot ``entries[e, 1]`` of cluster ``rows[r, 0]``; row ``r``'s entries end where row
+    ``r + 1``'s begin (the last row is the end marker). One pass, no per-entry index arrays."""
+    cdef int64_t r, e, k, n_rows = rows.shape[0] - 1
+    with nogil:
+        for r in range(n_rows):
+            k = rows[r, 0]
+            for e in range(rows[r, 1], rows[r + 1, 1]):
+                out[e] = <lay_t>slot_label[k, <int64_t>entries[e, 1]]
+
+
 def layout_fill(const ptr_t[::1] indptr, const ind_t[::1] indices, const float[::1] data, const int64_t[::1] lab_ptr,
                 const int64_t[::1] lab_k, const int64_t[::1] lab_j, int64_t n_clusters, const lay_t[::1] feat_ptr,
                 lay_t[:, ::1] rows, float[:, ::1] entries):

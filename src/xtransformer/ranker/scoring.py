@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from xtransformer.ranker.blocks import ranges
 from xtransformer.ranker.errors import RankerError
-from xtransformer.ranker.kernels import layout_counts, layout_fill, pair_scores
+from xtransformer.ranker.kernels import layout_counts, layout_fill, layout_labels, pair_scores
 from xtransformer.topk import Candidates, run_starts
 
 DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see PairScorer.pair_scores) ...
@@ -82,9 +82,8 @@ class PairScorer:
         several would be listed once per cluster)."""
         if not self.hard:
             raise RankerError("scoring layout: W cannot be rebuilt when labels sit in several clusters")
-        per_row = np.diff(self.rows[:, 1]).astype(np.int64)
-        cluster = np.repeat(self.rows[:-1, 0].astype(np.int64), per_row)
-        label = self.slot_label[cluster, self.entries[:, 1].astype(np.int64)]
+        label = np.empty(len(self.entries), self.rows.dtype)
+        layout_labels(self.rows, self.entries, self.slot_label, label)
         indptr = self.rows[self.feat_ptr, 1].astype(np.int64)
         if first:
             keep = label >= first
@@ -93,9 +92,7 @@ class PairScorer:
                 (self.entries[keep, 0], (feature, label[keep] - first)), shape=(self.F1, self.n_labels - first)
             )
         else:
-            W = sp.csr_matrix(
-                (self.entries[:, 0].copy(), label.astype(self.rows.dtype), indptr), shape=(self.F1, self.n_labels)
-            )
+            W = sp.csr_matrix((self.entries[:, 0].copy(), label, indptr), shape=(self.F1, self.n_labels))
         W.sort_indices()
         return W
 
