@@ -178,7 +178,7 @@ class TfidfFeatures:
             )
         if self.vectorizer is not None:
             return sp.csr_matrix(X, dtype=np.float32)  # already this model's TF-IDF rows
-        return normalize(X.astype(np.float32), norm="l2", copy=False).tocsr()  # in place on astype's copy: 7x faster
+        return normalize(X.astype(np.float32), norm="l2", copy=False).tocsr()  # astype copied: normalise that copy
 
     # ------------------------------------------------------------------ as data
     def save(self, folder: Path) -> None:

@@ -67,7 +67,7 @@ def train_levels(
     # largest blocks first, across levels: the pool ends on small ones, so no thread waits
     # long on another's last block (the order changes no weight: a block is solved alone)
     jobs = [(d, b) for d, bs in enumerate(batches) for b in bs]
-    costs = np.concatenate([batch_costs(g, bs, row_nnz) for g, bs in zip(groups, batches)] + [np.zeros(0, np.int64)])
+    costs = np.array([c for g, bs in zip(groups, batches) for c in batch_costs(g, bs, row_nnz)], dtype=np.int64)
     try:
         for j in np.argsort(-costs, kind="stable"):
             d, batch = jobs[j]
