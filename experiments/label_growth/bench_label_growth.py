@@ -19,6 +19,7 @@ is compared bit for bit, and the share of documents whose top-5 old labels are u
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,8 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
 from common import METRICS, RESULTS, compose_settings, public_args, rounded, save_table
+
+from xtransformer.ranker.config import ADDED_REACH
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,8 +47,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--drop", type=float, default=0.1, help="share of the eligible labels held back")
     ap.add_argument("--min-docs", type=int, default=5, help="training documents a label needs to be drawn")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--placement", default="centroid", help="add_labels' placement rule: centroid or routes")
+    ap.add_argument("--placement", default=None, help="placement rule: centroid or routes (default: the method's)")
     ap.add_argument("--leaves", type=int, default=None, help="leaves per added label (default: add_labels')")
+    ap.add_argument(
+        "--negatives", default=None, help="added_negatives to grow with: leaf or all (default: the model's setting)"
+    )
+    ap.add_argument("--reach", default=None, help="added_reach the grown models predict with (default: the model's)")
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--tag", default="eurlex57k")
     args = ap.parse_args(argv)
@@ -56,6 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(dropped)} of {len(ids)} labels held back (seed {args.seed})", flush=True)
     fit, X_train = setup["fit"], setup["X_train"]
     reduced, t_reduced = timed(lambda: fit(train_Y[:, keep], [ids[j] for j in keep], [names[j] for j in keep]))
+    if args.negatives:
+        training(reduced, args.negatives)
     full, t_full = setup["full"](reduced)
     placing = {"label_ids": ids, "label_names": names, "placement": args.placement, "leaves": args.leaves}
     grown, t_grown = timed(lambda: reduced.add_labels(X_train, train_Y, **placing))
@@ -64,9 +73,12 @@ def main(argv: list[str] | None = None) -> None:
     dev = setup["dev"]
     models = {"full": (full, t_full), "reduced": (reduced, t_reduced), "grown": (grown, t_grown)}
     models["grown-own-docs"] = (own, t_own)
-    rows = [row(name, m, dev, ids, t, dropped) for name, (m, t) in models.items()]
-    other = "beam" if grown.predict_settings.get("added_reach") == "all" else "all"
-    if "added_reach" in grown.predict_settings:  # the same grown model with the other reach (a prediction setting)
+    reach = {"added_reach": args.reach or grown.predict_settings["added_reach"]}
+    rows = [
+        row(name, m, dev, ids, t, dropped, **(reach if name.startswith("grown") else {}))
+        for name, (m, t) in models.items()
+    ]
+    for other in [r for r in ADDED_REACH if r != reach["added_reach"]]:  # the same grown model, the other reaches
         rows.append(row(f"grown, added_reach {other}", grown, dev, ids, t_grown, dropped, added_reach=other))
     plain = np.flatnonzero(np.diff(sp.csr_matrix(dev["Y"][:, dropped]).indptr) == 0)
     checks = {name: old_labels_check(reduced, models[name][0], dev["X"], plain) for name in ("grown", "grown-own-docs")}
@@ -131,6 +143,12 @@ def final_model_setup(run_dir: Path, kept: Path | None = None) -> dict:
         "train_Y": r.train.Y, "ids": ids, "names": names, "fit": fit, "X_train": r.X_train, "rows_s": r.rows_s,
         "full": full, "dev": {"X": r.X_eval, "Y": r.eval_Y}, "held_out": held,
     }  # fmt: skip
+
+
+def training(model, negatives: str):
+    """``model`` with its tree model set to train added labels against ``negatives`` (``added_negatives``)."""
+    model.model.config = dataclasses.replace(model.model.config, added_negatives=negatives)
+    return model
 
 
 def draw(Y: sp.csr_matrix, share: float, min_docs: int, seed: int) -> np.ndarray:

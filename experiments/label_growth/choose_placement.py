@@ -8,12 +8,15 @@ seeded ``--drop`` of the labels with at least ``--min-docs`` fitted documents is
 XR-Linear (``eurlex57k_xr_ensemble``'s) is fitted on all labels (``full``) and without the drawn
 ones (``reduced``, their documents kept). ``reduced`` gets them back with ``add_labels`` under each
 placement rule (``routes``: the leaves the beam reaches from the label's documents; ``centroid``:
-the nearest centroids) and number of leaves (1, 2, 3). Every grown model scores the held-out
-documents (and dev, reported only) in the full label space under each ``added_reach`` (``beam``:
-the new labels only where the frozen beam reaches one of their leaves; ``all``: on every document).
-The choice: the fewest leaves, then the rule, then the reach with the best held-out P@1 + P@5 +
-nDCG@5, whose held-out P@1, P@5 and nDCG@5 are all within 0.3 of ``full``; failing that, the best
-held-out P@1 + P@3 + P@5. Prints the table and writes ``<results>/label-placement-<tag>.{json,md}``.
+the nearest centroids), number of leaves (1, 2, 3) and ``added_negatives`` (``leaf``: each copy
+trained on its leaf's documents; ``all``: each label once against every document). Every grown
+model scores the held-out documents (and dev, reported only) in the full label space under each
+``added_reach`` (``beam``: the new labels only where the frozen beam reaches one of their leaves;
+``all``: on every document under their leaves' path scores; ``alone``: on every document by their
+own rankers). The choice: the fewest leaves, then the rule, then the negatives and reach with the
+best held-out P@1 + P@5 + nDCG@5, whose held-out P@1, P@5 and nDCG@5 are all within 0.3 of
+``full``; failing that, the best held-out P@1 + P@3 + P@5. Prints the table and writes
+``<results>/label-placement-<tag>.{json,md}``.
 
 With ``--run`` the same choice is made for a calibrated XR-Transformer run's final model (its
 rows: TF-IDF ⊕ the fine-tuned encoder's embeddings): ``full`` is the run's own, ``reduced`` is
@@ -30,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from bench_label_growth import draw, final_model_setup, in_space
+from bench_label_growth import draw, final_model_setup, in_space, training
 from common import compose_settings, held_out_total, holdout_rows, public_args, rounded, save_table, selection_parser
 
 GAP_KEYS = ("P@1", "P@5", "nDCG@5")
@@ -53,7 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--drop", type=float, default=0.1, help="share of the eligible labels held back")
     ap.add_argument("--min-docs", type=int, default=5, help="fitted documents a label needs to be drawn")
     ap.add_argument("--leaves", default="1,2,3", help="leaves per new label to try")
-    ap.add_argument("--reach", default="beam,all", help="added_reach settings to score each grown model with")
+    ap.add_argument("--reach", default="beam,all,alone", help="added_reach settings to score each grown model with")
+    ap.add_argument("--negatives", default="leaf,all", help="added_negatives settings to grow a model with")
     args = ap.parse_args(argv)
     if args.run:
         setup = run_setup(args.run, args.embeddings)
@@ -69,13 +73,15 @@ def main(argv: list[str] | None = None) -> None:
     splits = setup["splits"]
     rows = [scored({"name": "full", "seconds": round(t_full, 1)}, full, splits, ids)]
     for leaves in [int(x) for x in args.leaves.split(",")]:
-        for rule in ("routes", "centroid"):
+        for rule, negatives in [(r, n) for r in ("routes", "centroid") for n in args.negatives.split(",")]:
             t0 = time.perf_counter()
-            grown = reduced.add_labels(X_fit, Y_fit, label_ids=ids, label_names=names, placement=rule, leaves=leaves)
+            grown = training(reduced, negatives).add_labels(
+                X_fit, Y_fit, label_ids=ids, label_names=names, placement=rule, leaves=leaves
+            )
             seconds = round(time.perf_counter() - t0, 1)
             for reach in args.reach.split(","):
-                row = {"name": f"{rule}, {leaves} leaves, reach {reach}", "placement": rule, "leaves": leaves}
-                row |= {"reach": reach, "seconds": seconds}
+                row = {"name": f"{rule}, {leaves} leaves, {negatives} negatives, reach {reach}", "placement": rule}
+                row |= {"leaves": leaves, "negatives": negatives, "reach": reach, "seconds": seconds}
                 rows.append(scored(row, grown, splits, ids, added_reach=reach))
     for r in rows[1:]:
         r["gap"] = {k: round(r["holdout"][k] - rows[0]["holdout"][k], 2) for k in GAP_KEYS}
@@ -137,8 +143,8 @@ def scored(row: dict, model, splits: dict, ids: list[str], **settings) -> dict:
 
 
 def choose(rows: list[dict]) -> str:
-    """The fewest leaves (then routes before centroid, then the reach with the best held-out P@1 +
-    P@5 + nDCG@5) within ``BAR`` of full on every gap key, held out; else the best held-out P@1 +
+    """The fewest leaves (then routes before centroid, then the negatives and reach with the best
+    held-out P@1 + P@5 + nDCG@5) within ``BAR`` of full on every gap key, held out; else the best held-out P@1 +
     P@3 + P@5."""
     within = [r for r in rows if all(g >= -BAR for g in r["gap"].values())]
     if within:

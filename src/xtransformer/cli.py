@@ -349,9 +349,9 @@ def _report_metrics(truth: list[Any], kept: list[Any], decided: list[Any], unkno
 def add_labels_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="xmc-add-labels",
-        description="Add labels to a trained model without retraining it: each new label is placed at its "
-        "nearest leaves and its ranker trained on the documents routed there; a new model folder is written "
-        "and the old one left as it is (old labels score exactly as before).",
+        description="Add labels to a trained model without retraining it: each new label is placed in the "
+        "tree and its ranker trained against the documents given (or those of its leaves); a new model folder "
+        "is written and the old one left as it is (old labels score exactly as before).",
     )
     p.add_argument("--model", required=True, help="a method folder, a run's model/ folder or a run folder")
     p.add_argument("--method", default=None, help="which model of a run (default: its main method)")
@@ -366,14 +366,21 @@ def add_labels_main(argv: Sequence[str] | None = None) -> int:
         choices=("centroid", "routes"),
         default=None,
         help="where a new label goes: the leaves whose centroids are nearest it or those the model's beam "
-        "reaches most often from its documents (default: the method's own, routes for xrtransformer, "
-        "else centroid)",
+        "reaches most often from its documents (default: the method's own, routes for xrlinear and "
+        "xrtransformer, else centroid)",
     )
     p.add_argument(
         "--leaves",
         type=int,
         default=None,
-        help="leaves per new label (default the method's: 2, XR-Transformer 3; or the tree's λ)",
+        help="leaves per new label (default the method's: 1 for xrlinear and xrtransformer, else 2; or the tree's λ)",
+    )
+    p.add_argument(
+        "--negatives",
+        choices=("all", "leaf"),
+        default=None,
+        help="what a new label trains against in a tree model (xrlinear, xrtransformer): every document given, "
+        "once a label, or the documents of each of its leaves (default: the model's added_negatives, all)",
     )
     p.add_argument(
         "--zero-shot",
@@ -398,7 +405,7 @@ def _add_labels(args: argparse.Namespace) -> int:
     if args.zero_shot:
         return _zero_shot(model, args, output)
     new = read_new_labels(args.new_labels) if args.new_labels else None
-    how = {"new_labels": new, "placement": args.placement, "leaves": args.leaves}
+    how = {"new_labels": new, "placement": args.placement, "leaves": args.leaves, "negatives": args.negatives}
     grown = model.add_labels(read_folder(args.data, args.split), **how)
     grown.save(output)
     facts = grown.report["added_labels"]

@@ -17,6 +17,8 @@ from xtransformer.indexing.placement import Placing, place_labels
 from xtransformer.methods.base import with_settings
 from xtransformer.model.folder import ModelError
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, RankerError
+from xtransformer.ranker.fit import LevelSpec, solver_params, train_level
+from xtransformer.ranker.postprocess import get_post_processor
 
 IDS = [f"L{i}" for i in range(12)]
 
@@ -71,13 +73,14 @@ def test_routes_decide_where_the_documents_go_and_the_centroid_breaks_ties():
 
 
 @pytest.mark.parametrize(
-    ("negatives", "placing", "leaves"),
-    [("tfn", Placing("centroid", 1), [[0, 0, 1, 0]]), ("tfn+man", Placing("centroid", 1), [[0, 0, 1, 0]]),
-     ("tfn+man", Placing(), None)],
+    ("negatives", "added", "placing", "leaves"),
+    [("tfn", "leaf", Placing("centroid", 1), [[0, 0, 1, 0]]),
+     ("tfn+man", "leaf", Placing("centroid", 1), [[0, 0, 1, 0]]), ("tfn+man", "leaf", Placing(), None),
+     ("tfn+man", "all", Placing("centroid", 1), [[0, 0, 1, 0]]), ("tfn+man", "all", Placing(), None)],
 )  # fmt: skip
-def test_old_weights_and_scores_are_unchanged(negatives, placing, leaves):
+def test_old_weights_and_scores_are_unchanged(negatives, added, placing, leaves):
     X, Y, C = block_task()
-    cfg = HierarchicalLinearConfig(threads=1, negatives=negatives, threshold=0.0)
+    cfg = HierarchicalLinearConfig(threads=1, negatives=negatives, threshold=0.0, added_negatives=added)
     old = HierarchicalLinear.train(X, Y[:, :8], toy_tree(C), cfg)
     grown, report = old.add_labels(X, Y, placing=placing)
     if leaves is not None:
@@ -120,6 +123,34 @@ def test_added_labels_reach_every_document_with_added_reach_all(tmp_path):
         HierarchicalLinearConfig(added_reach="some")
 
 
+def test_labels_added_against_every_document_train_once_and_score_alone():
+    X, Y, C = block_task()
+    cfg = HierarchicalLinearConfig(threads=1, negatives="tfn", threshold=0.0, matcher_weight=0.5)
+    assert cfg.added_negatives == "all" and cfg.added_reach == "alone"  # the defaults
+    old = HierarchicalLinear.train(X, Y[:, :8], toy_tree(C), cfg)
+    grown, _ = old.add_labels(X, Y, placing=Placing("centroid", 2))
+    W = grown.levels[-1].W.tocsc()
+    first, second = np.flatnonzero(grown.copies.label_of == 8)
+    # one problem against every document, its weights in both leaves: a one-vs-all solve's, exactly
+    one, every = sp.csr_matrix(np.ones((1, 1), np.float32)), sp.csr_matrix(np.ones((X.shape[0], 1), np.float32))
+    ova, _ = train_level(X, LevelSpec(sp.csr_matrix(Y[:, 8:]), one, every), solver_params(cfg), 1.0, 0.0, 10**6, 1)
+    assert (W[:, first] != W[:, second]).nnz == 0 and (W[:, first] != ova.W.tocsc()[:, 0]).nnz == 0
+    leafwise, _ = old.add_labels(X, Y, placing=Placing("centroid", 2, negatives="leaf"))  # each leaf's documents
+    V = leafwise.levels[-1].W.tocsc()
+    assert (V[:, first] != W[:, first]).nnz > 0 and (V[:, first] != V[:, second]).nnz > 0
+    assert (V[:, :8] != W[:, :8]).nnz == 0  # the old labels' weights, whatever the new ones train against
+    # `alone`: on every document, even where the beam reaches neither of its leaves, its own score
+    narrow = {r: with_settings(grown, {"added_reach": r}).predict(X, beam_size=1, topk=9) for r in ("beam", "alone")}
+    raw = (sp.hstack([X, np.ones((X.shape[0], 1), np.float32)]) @ W[:, first]).toarray().ravel()
+    expected = get_post_processor(cfg.post_processor).transform(raw)
+    assert narrow["beam"][:, 8].nnz < X.shape[0] == narrow["alone"][:, 8].nnz
+    np.testing.assert_allclose(narrow["alone"][:, 8].toarray().ravel(), expected, rtol=1e-5)
+    a, b = narrow["beam"][:, :8].tocoo(), narrow["alone"][:, :8].tocsr()
+    assert np.array_equal(a.data, np.asarray(b[a.row, a.col]).ravel())  # old labels: bit for bit
+    with pytest.raises(RankerError, match="added_negatives"):
+        HierarchicalLinearConfig(added_negatives="some")
+
+
 @pytest.fixture(scope="module")
 def toy_model():
     """XR-Linear on the toy task without label L11; the full task's texts and label lists."""
@@ -150,7 +181,8 @@ def test_bad_additions_fail_with_one_line(toy_model):
     assert "carry no label the model does not already have" in one_line(err)
     for bad, key in [({"placement": "nearest"}, "placement must be one of centroid, routes"),
                      ({"leaves": 0}, "leaves must be >= 1"), ({"leaves": 2.5}, "leaves must be a whole number"),
-                     ({"leaves": 99}, "leaves is 99 but the tree has only")]:  # fmt: skip
+                     ({"leaves": 99}, "leaves is 99 but the tree has only"),
+                     ({"negatives": "some"}, "negatives must be one of leaf, all")]:  # fmt: skip
         with pytest.raises(IndexingError) as err:
             model.add_labels(texts["train"], lists, **bad)
         assert key in one_line(err)
@@ -165,12 +197,14 @@ def test_added_model_keeps_old_scores_and_records_the_addition(toy_model):
     grown = model.add_labels(texts["train"], lists)
     assert grown.label_ids == IDS and model.label_ids == IDS[:11]  # the old model is untouched
     assert grown.train_settings["added_labels"][-1]["ids"] == ["L11"]
-    assert grown.train_settings["added_labels"][-1]["placement"] == "centroid"  # XR-Linear's own rule
-    assert grown.report["added_labels"]["n_added"] == 1 and "L11" in grown.report["added_labels"]["leaves"]
-    assert grown.report["added_labels"]["placement"]["by_centroid"] == 1
-    by_routes = model.add_labels(texts["train"], lists, placement="routes")
-    assert by_routes.train_settings["added_labels"][-1]["placement"] == "routes"
-    assert by_routes.report["added_labels"]["placement"]["by_routes"] == 1
+    assert grown.train_settings["added_labels"][-1]["placement"] == "routes"  # XR-Linear's own rule
+    assert grown.report["added_labels"]["n_added"] == 1 and grown.report["added_labels"]["leaves"]["L11"] == [0]
+    assert grown.report["added_labels"]["placement"]["by_routes"] == 1
+    by_centroid = model.add_labels(texts["train"], lists, placement="centroid")
+    assert by_centroid.train_settings["added_labels"][-1]["placement"] == "centroid"
+    assert by_centroid.report["added_labels"]["placement"]["by_centroid"] == 1
+    by_leaf = model.add_labels(texts["train"], lists, negatives="leaf")
+    assert by_leaf.train_settings["added_labels"][-1]["negatives"] == "leaf"
     a, b = model.predict_csr(texts["dev"]).tocoo(), grown.predict_csr(texts["dev"]).tocsr()
     shared = np.asarray(b[a.row, a.col]).ravel()
     assert np.array_equal(a.data[shared != 0], shared[shared != 0]) and (shared != 0).sum() > 0
@@ -185,7 +219,7 @@ def test_a_model_saved_before_added_reach_grows_with_it(toy_model, tmp_path):
     old = XMCModel.load(tmp_path / "old", verify=False)
     assert "added_reach" not in old.predict_settings
     grown = old.add_labels(texts["train"], lists)
-    assert grown.predict_settings["added_reach"] == "all"  # XR-Linear's, and a call may change it
+    assert grown.predict_settings["added_reach"] == "alone"  # XR-Linear's, and a call may change it
     beam, every = (grown.predict_csr(texts["dev"], added_reach=r) for r in ("beam", "all"))
     assert beam[:, 11].nnz <= every[:, 11].nnz == len(texts["dev"])
 
@@ -279,6 +313,9 @@ def test_xtransformer_ranks_the_new_label_over_its_matchers_clusters(tmp_path):
     model = XTransformer.fit(
         texts["train"], without, compose_settings(*over).methods["xtransformer"], label_ids=IDS[:11]
     )
+    with pytest.raises(ModelError) as err:  # its ranker scores labels over the matcher's clusters only
+        model.add_labels(texts["train"], lists, negatives="all")
+    assert "negatives 'all' is for the tree models" in one_line(err)
     grown = model.add_labels(texts["train"], lists)
     assert grown.chain.n_labels == 12 and grown.ranker.n_labels == 12
     assert len(grown.report["added_labels"]["leaves"]["L11"]) == 2  # the default: two leaves

@@ -465,7 +465,7 @@ def test_yaml_configs_mirror_the_dataclasses():
     # the pipeline's XR-Linear model settings: every field of its dataclass, and nothing else
     xr_model = yaml.safe_load((CONFIGS / "xrlinear" / "default.yaml").read_text())["model"]
     assert set(xr_model) == {f.name for f in dataclasses.fields(HierarchicalLinearConfig)} - {"name"}
-    assert set(xr_model) - set(fields) == {"added_reach"}  # the tree model's own setting
+    assert set(xr_model) - set(fields) == {"added_reach", "added_negatives"}  # the tree model's own settings
     assert HierarchicalLinearConfig.from_mapping(xr_model, "xrlinear.model").features == "tfidf"
 
 

@@ -14,8 +14,10 @@ A new label sits in ``Placing.leaves`` leaves (default: two, or the tree's λ wh
 each with its own weights, merged as a disentangled label's copies are. Without a rule a method
 uses its own (``XMCModel.default_placement``). On EURLEX57K, held-out training documents chose, as
 the fewest leaves within 0.3 of a model trained with the labels from the start on P@1, P@5 and
-nDCG@5 (``experiments/label_growth``): two leaves by centroid for XR-Linear (routes missed there),
-three by routes for XR-Transformer's final model (``XMCModel.default_leaves``).
+nDCG@5, then routes (``experiments/label_growth``): one leaf by routes for XR-Linear and for
+XR-Transformer's final model (``XMCModel.default_leaves``), their new labels trained against every
+document and scored without the path above their leaf (the tree models' ``added_negatives`` and
+``added_reach``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import scipy.sparse as sp
 
 from xtransformer.indexing.errors import IndexingError
 from xtransformer.indexing.representations import _weighted_Y, pifa
+from xtransformer.ranker.config import ADDED_NEGATIVES
 from xtransformer.ranker.negatives import binarize
 from xtransformer.utils.rows import dense_f32, unit_rows
 
@@ -37,18 +40,22 @@ DEFAULT_LEAVES = 2
 
 @dataclass(frozen=True)
 class Placing:
-    """How new labels are placed: ``by`` one of ``PLACEMENTS`` (None: the method's own, see
-    :meth:`resolved`); ``leaves`` per new label (None: the method's ``usual_leaves``, else
-    ``DEFAULT_LEAVES``, or the tree's λ where it is larger, at most the tree's leaves). Checked
-    when made (one line)."""
+    """How new labels are placed and trained: ``by`` one of ``PLACEMENTS`` (None: the method's own,
+    see :meth:`resolved`); ``leaves`` per new label (None: the method's ``usual_leaves``, else
+    ``DEFAULT_LEAVES``, or the tree's λ where it is larger, at most the tree's leaves); ``negatives``
+    what a tree model's new labels train against (``leaf`` | ``all``, None: its ``added_negatives``).
+    Checked when made (one line)."""
 
     by: str | None = None
     leaves: int | None = None
     usual_leaves: int | None = None  # the method's default: unlike ``leaves``, cut to a smaller tree
+    negatives: str | None = None
 
     def __post_init__(self) -> None:
         if self.by is not None and self.by not in PLACEMENTS:
             raise IndexingError(f"placement must be one of {', '.join(PLACEMENTS)}, got {self.by!r}")
+        if self.negatives is not None and self.negatives not in ADDED_NEGATIVES:
+            raise IndexingError(f"negatives must be one of {', '.join(ADDED_NEGATIVES)}, got {self.negatives!r}")
         if self.leaves is not None and (isinstance(self.leaves, bool) or not isinstance(self.leaves, int)):
             raise IndexingError(f"leaves must be a whole number >= 1, got {self.leaves!r}")
         if self.leaves is not None and self.leaves < 1:
@@ -58,7 +65,7 @@ class Placing:
         """This placing with ``default`` as its rule where it names none, and ``leaves`` as the
         method's usual leaves."""
         usual = leaves if leaves is not None else self.usual_leaves
-        return Placing(self.by if self.by is not None else default, self.leaves, usual)
+        return Placing(self.by if self.by is not None else default, self.leaves, usual, self.negatives)
 
     def n_leaves(self, C: sp.spmatrix) -> int:
         """Leaves per new label in the tree whose leaf level is ``C`` (``L x K``)."""

@@ -42,7 +42,8 @@ class Additions:
 
     def record(self) -> dict:
         """What the grown model's training record keeps of this addition (provenance)."""
-        return {"ids": list(self.new_ids), "n_docs": len(self.data), "placement": self.placing.by}
+        p = self.placing
+        return {"ids": list(self.new_ids), "n_docs": len(self.data), "placement": p.by, "negatives": p.negatives}
 
 
 def plan_additions(

@@ -197,6 +197,7 @@ class XMCModel:
         new_labels: Sequence[str] | None = None,
         placement: str | None = None,
         leaves: int | None = None,
+        negatives: str | None = None,
     ) -> XMCModel:
         """A new model: this one with the labels the documents carry that it lacks (or exactly
         ``new_labels``) placed in the tree and trained on the documents the model routes there
@@ -205,14 +206,16 @@ class XMCModel:
         ``label_names``: as :meth:`fit` takes them (names name the new labels). ``placement``:
         ``centroid`` (the nearest leaves) or ``routes`` (those the model reaches from the label's
         documents), default the method's ``default_placement``; ``leaves``: leaves per new label,
-        default the method's ``default_leaves``, else 2 (``indexing/placement.py``)."""
+        default the method's ``default_leaves``, else 2 (``indexing/placement.py``); ``negatives``:
+        what the new labels train against in a tree model, ``all`` documents given or their ``leaf``'s
+        (default: the model's ``added_negatives``)."""
         import dataclasses
         import time
 
         from xtransformer.indexing.placement import Placing
         from xtransformer.methods.adding import plan_additions
 
-        placing = Placing(placement, leaves)  # bad settings fail before any data work
+        placing = Placing(placement, leaves, negatives=negatives)  # bad settings fail before any data work
         if self.default_placement is not None:  # a combination leaves the rule to each member
             placing = placing.resolved(self.default_placement, self.default_leaves)
         data = LabeledData.build(inputs, labels, label_ids, label_names)

@@ -19,7 +19,8 @@ from xtransformer.settings import Settings, predict_field, run_field
 FEATURES = ("tfidf", "tfidf+neural")
 NEGATIVES = ("tfn", "man", "tfn+man")
 LOSSES = ("squared_hinge", "logistic")
-ADDED_REACH = ("beam", "all")
+ADDED_REACH = ("beam", "all", "alone")
+ADDED_NEGATIVES = ("leaf", "all")
 
 
 @dataclass
@@ -95,15 +96,22 @@ class HierarchicalLinearConfig(RankerConfig):
     # rankers alone over the beam's leaf clusters. Prediction only: training's beam is unweighted.
     matcher_weight: float = predict_field(1.0)
     # how labels added to the trained model are reached at prediction: `beam` as the old labels (only
-    # where the frozen beam reaches one of their leaves), `all` on every document (their leaves' path
-    # scores computed for every document; the old labels' beam and scores unchanged). `all`: chosen
-    # for XR-Linear on EURLEX57K's held-out training documents (experiments/label_growth)
-    added_reach: str = predict_field("all")
+    # where the frozen beam reaches one of their leaves), `all` on every document under their leaves' path
+    # scores, `alone` on every document by their own rankers, no path score (for labels trained against
+    # every document, `added_negatives: all`); the old labels' beam and scores unchanged by any. `alone`:
+    # chosen on EURLEX57K's held-out training documents (experiments/label_growth)
+    added_reach: str = predict_field("alone")
+    # what labels added to the trained model train against: `leaf` the documents of each of their leaves (the
+    # mask training uses there), `all` every document given, once a label (one-vs-all; the same weights in each
+    # of its leaves). Shapes only what `add_labels` trains, never the fitted model: in no cache key
+    added_negatives: str = run_field("all")
 
     def check(self) -> None:
         super().check()
         if self.added_reach not in ADDED_REACH:
             raise self.bad("added_reach", f"expected one of {list(ADDED_REACH)}")
+        if self.added_negatives not in ADDED_NEGATIVES:
+            raise self.bad("added_negatives", f"expected one of {list(ADDED_NEGATIVES)}")
 
     def training_settings(self) -> dict[str, Any]:
         """Matcher-aware negatives come from the model's own beam, so its width and scores then

@@ -3,8 +3,10 @@
 A new label sits in leaf cluster(s) ``leaves`` (one row of ``n_new x K``) and trains one
 weight vector per cluster, exactly as training trains a label: on the rows its cluster's mask
 selects (``tfn``: the documents with a positive label in the cluster; ``man``: those the model
-routes there; ``tfn+man``: both), positives where it is carried. The old columns of ``W`` and
-rows of ``C`` are copied, never retrained, so every old label scores bit for bit as before.
+routes there; ``tfn+man``: both), positives where it is carried; or, with ``every_document``, one
+weight vector a label trained against every document given (one-vs-all), set in each of its
+clusters. The old columns of ``W`` and rows of ``C`` are copied, never retrained, so every old
+label scores bit for bit as before.
 """
 
 from __future__ import annotations
@@ -39,26 +41,40 @@ def extend_level(
     Y: sp.csr_matrix,
     leaves: sp.csr_matrix,
     routes: sp.csr_matrix | None,
+    every_document: bool = False,
 ) -> Extended:
     """``level`` (its copies ``copies``) with the labels of ``Y``'s last ``leaves.shape[0]`` columns
     appended in ``leaves`` and trained on ``X``. ``Y`` (``N x L_all``) holds the old labels first, so
     that their clusters' documents are the new labels' negatives as in training; ``routes``
-    (``N x K``): the leaf clusters the model itself reaches for each document (``man`` negatives)."""
+    (``N x K``): the leaf clusters the model itself reaches for each document (``man`` negatives).
+    ``every_document``: each new label trained once against all of ``X`` instead."""
     n_new = leaves.shape[0]
     n_old = copies.n_labels if copies is not None else level.n_labels
     if Y.shape[1] != n_old + n_new:
         raise RankerError(f"adding labels: Y has {Y.shape[1]} columns, expected {n_old} old + {n_new} new")
+    new_copies, C_new = append_copies(copies, leaves, n_old)
+    Y_new = sp.csr_matrix(Y[:, n_old:])
+    if every_document:
+        trained, info = _train_one_vs_all(X, Y_new, cfg)
+        trained = LinearLevel(trained.W.tocsc()[:, _copy_labels(leaves)], C_new, trained.bias)
+        return Extended(append_columns(level, trained), new_copies, info)
     old_C = copies.collapse(level.C) if copies is not None else level.C
     C_all = sp.vstack([old_C, binarize(leaves)], format="csr")
     mask = negative_mask(cfg.negatives, Y, C_all, None if cfg.negatives == "tfn" else _routes(routes, cfg))
-    new_copies, C_new = append_copies(copies, leaves, n_old)
-    Y_new = sp.csr_matrix(Y[:, n_old:])
     if new_copies is not None:
         Y_new = sp.csr_matrix(sp.csc_matrix(Y_new)[:, _copy_labels(leaves)])
     trained, info = train_level(
         X, LevelSpec(Y_new, C_new, mask), solver_params(cfg), cfg.bias, cfg.threshold, cfg.batch_nnz, cfg.n_threads
     )
     return Extended(append_columns(level, trained), new_copies, info)
+
+
+def _train_one_vs_all(X: sp.csr_matrix, Y: sp.csr_matrix, cfg: RankerConfig) -> tuple[LinearLevel, dict]:
+    """One weight vector per column of ``Y`` trained on every row of ``X`` (one cluster holds them all)."""
+    one = sp.csr_matrix(np.ones((Y.shape[1], 1), np.float32))
+    every = sp.csr_matrix(np.ones((X.shape[0], 1), np.float32))
+    spec = LevelSpec(Y, one, every)
+    return train_level(X, spec, solver_params(cfg), cfg.bias, cfg.threshold, cfg.batch_nnz, cfg.n_threads)
 
 
 def append_columns(level: LinearLevel, new: LinearLevel) -> LinearLevel:

@@ -157,9 +157,10 @@ class HierarchicalLinear:
         beam.score = post.weight_parent(beam.score, w)
         width = topk if self.copies is None else self.copies.search_width(topk)
         found = self.levels[-1].score(X, beam, post, width, self.config.n_threads)
-        if self.config.added_reach == "all" and self.added_from is not None:
+        if self.config.added_reach != "beam" and self.added_from is not None:
+            path_weight = None if self.config.added_reach == "alone" else w
             found = top_candidates(
-                dedupe_max(concat([found, self._added_everywhere(X, post, w, width)], X.shape[0])), width
+                dedupe_max(concat([found, self._added_everywhere(X, post, path_weight, width)], X.shape[0])), width
             )
         if self.copies is None:
             return found.to_csr(self.n_labels)
@@ -174,10 +175,10 @@ class HierarchicalLinear:
         post = get_post_processor(post_processor or self.config.post_processor)
         return self._search(X, self.levels[:-1], post, beam_size).to_csr(self.levels[-1].n_clusters)
 
-    def _added_everywhere(self, X: sp.csr_matrix, post, w: float, keep: int) -> Candidates:
+    def _added_everywhere(self, X: sp.csr_matrix, post, w: float | None, keep: int) -> Candidates:
         """The added columns of the leaf level scored on every document (``keep`` best a document):
         their weights times the path score of their leaf (weighted by ``w``), as the beam would
-        score them where it reaches that leaf."""
+        score them where it reaches that leaf; ``w`` None: their weights alone (no path)."""
         added, leaf_of = self.added_level()
         scorer = added._get_scorer()  # one cluster holds every added column: one pass over a document's features
         labels = scorer.slot_label[0]
@@ -187,9 +188,11 @@ class HierarchicalLinear:
         def block(start: int) -> Candidates:  # a block of documents, on one thread
             Xc = X[start : start + size]
             doc = np.arange(Xc.shape[0], dtype=np.int64)
-            paths = self._paths(Xc, leaves, post, 1)
             raw = scorer.pair_scores(Xc, doc, np.zeros_like(doc))
-            final = post.combine(raw, post.weight_parent(paths, w)[:, col[labels]])
+            if w is None:
+                final = post.combine(raw, np.float32(post.root_score))
+            else:
+                final = post.combine(raw, post.weight_parent(self._paths(Xc, leaves, post, 1), w)[:, col[labels]])
             slots = np.ascontiguousarray(np.broadcast_to(labels, final.shape))
             return best_labels(doc + start, final, slots, n, keep)
 
@@ -252,9 +255,9 @@ class HierarchicalLinear:
     ) -> tuple[HierarchicalLinear, dict]:
         """This model with the labels of ``Y``'s columns after its own (``Y``: ``N x L_all``, its
         labels first) placed in its leaves as ``placing`` says (default: the two nearest centroids;
-        ``X_index``: the documents in the tree's representation, default ``X``) and
-        trained on ``X`` with this model's negatives; the upper levels and every old label's weights
-        are shared, unchanged. Returns it and a report."""
+        ``X_index``: the documents in the tree's representation, default ``X``) and trained on ``X``
+        against every document or each leaf's (``placing.negatives``, else ``added_negatives``); the
+        upper levels and every old label's weights are shared, unchanged. Returns it and a report."""
         from xtransformer.indexing.placement import Placing, place_labels  # here: indexing imports the ranker
 
         placing = (placing or Placing()).resolved("centroid")
@@ -264,7 +267,8 @@ class HierarchicalLinear:
         placed = place_labels(
             sp.csr_matrix(Y), X if X_index is None else X_index, C, placing.n_leaves(C), routes, by=placing.by
         )
-        ext = extend_level(self.levels[-1], self.copies, self.config, X, sp.csr_matrix(Y), placed.leaves, routes)
+        every = (placing.negatives or self.config.added_negatives) == "all"
+        ext = extend_level(self.levels[-1], self.copies, self.config, X, sp.csr_matrix(Y), placed.leaves, routes, every)
         first = self.added_from if self.added_from is not None else self.levels[-1].n_labels
         model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies, first)
         model.added_level()  # as a loaded model has it: ready before the first prediction

@@ -143,7 +143,8 @@ class Combination(XMCModel):
     # ------------------------------------------------------------------ growing
     def _add_labels(self, plan: Any) -> Combination:
         """Every member grown by the same labels, combined as before."""
-        how = {"new_labels": plan.new_ids, "placement": plan.placing.by, "leaves": plan.placing.leaves}
+        p = plan.placing
+        how = {"new_labels": plan.new_ids, "placement": p.by, "leaves": p.leaves, "negatives": p.negatives}
         members = [m.add_labels(plan.data, **how) for m in self.members]
         p = self.predict_settings
         out = Combination(members, p["method"], p.get("weights"), p["topk"], name=self.method)

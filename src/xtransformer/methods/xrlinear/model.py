@@ -26,6 +26,11 @@ class XRLinear(XMCModel):
     """TF-IDF -> :class:`~xtransformer.ranker.HierarchicalLinear` (or a forest of them), beam search."""
 
     kind = "xrlinear"
+    # one leaf by routes, each new label trained against every document and scored alone (its tree
+    # model's `added_negatives: all`, `added_reach: alone`): the fewest leaves within 0.3 of retraining
+    # on held-out training documents (experiments/label_growth)
+    default_placement = "routes"
+    default_leaves = 1
     settings_class = XRLinearSettings
     needs_text = False
 

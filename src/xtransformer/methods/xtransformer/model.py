@@ -28,6 +28,7 @@ from xtransformer.methods.neural import (
 )
 from xtransformer.methods.xrlinear import index_section
 from xtransformer.methods.xtransformer.config import XTransformerSettings
+from xtransformer.model.folder import ModelError
 from xtransformer.ranker import LinearRanker, RankerConfig, concat_features, train_ranker
 from xtransformer.ranker.negatives import binarize
 from xtransformer.utils.io import settings_key
@@ -150,6 +151,9 @@ class XTransformer(NeuralModel):
         from xtransformer.indexing.placement import grow_chain, place_labels
         from xtransformer.methods.adding import grown_report
 
+        if plan.placing.negatives == "all":  # its ranker scores a label only over the matcher's clusters
+            raise ModelError("negatives 'all' is for the tree models (xrlinear, xrtransformer): an xtransformer "
+                             "model trains added labels on its matcher's clusters")  # fmt: skip
         texts = plan.data.require_texts("adding labels to an xtransformer model")
         X = self.tfidf.from_texts(texts)
         emb, topb = self.embed(texts, self.predict_settings, progress=True)
