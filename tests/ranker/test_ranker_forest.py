@@ -110,3 +110,29 @@ def test_n_trees_settings_fail_naming_the_key():
         FinalModelConfig(n_trees=2, tree="same")
     assert FinalModelConfig(n_trees=2).training_settings()["n_trees"] == 2
     assert XRLinearConfig(n_trees=3).training_settings()["n_trees"] == 3
+
+
+def test_forest_trains_one_vs_all_added_labels_once_for_every_tree(forest, reuters, monkeypatch):
+    import scipy.sparse as sp
+
+    import xtransformer.ranker.extend as extend
+    import xtransformer.ranker.forest as forest_module
+    import xtransformer.ranker.hierarchical as hierarchical
+
+    _, three, _ = forest
+    X, ds = reuters
+    Y = ds.splits["train"].Y
+    Y_all = sp.hstack([Y, Y[:, [0]]], format="csr")  # one new label: the documents of label 0
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return extend.train_one_vs_all(*args)
+
+    monkeypatch.setattr(forest_module, "train_one_vs_all", counted)
+    monkeypatch.setattr(hierarchical, "train_one_vs_all", counted)
+    grown, _ = three.add_labels(X["train"], Y_all)
+    assert len(calls) == 1  # one solve, whatever the number of trees
+    new = [t.levels[-1].W.tocsc()[:, t.added_from :] for t in grown.trees]  # two leaves a label by default
+    assert new[0].nnz > 0 and all((w[:, [j]] != new[0][:, [0]]).nnz == 0 for w in new for j in range(w.shape[1]))
+    assert grown.predict(X["test"][:50], topk=91).shape[1] == Y.shape[1] + 1

@@ -200,9 +200,9 @@ class XMCModel:
         negatives: str | None = None,
     ) -> XMCModel:
         """A new model: this one with the labels the documents carry that it lacks (or exactly
-        ``new_labels``) placed in the tree and trained on the documents the model routes there
-        (``methods/adding.py``). This model, its folder and every old label's scores stay as they
-        are; ``save`` the new one to a new folder. ``inputs`` / ``labels`` / ``label_ids`` /
+        ``new_labels``) placed in the tree and trained against the documents given, or those the
+        model routes to their leaves (``methods/adding.py``). This model, its folder and every old
+        label's scores stay as they are; ``save`` the new one to a new folder. ``inputs`` / ``labels`` / ``label_ids`` /
         ``label_names``: as :meth:`fit` takes them (names name the new labels). ``placement``:
         ``centroid`` (the nearest leaves) or ``routes`` (those the model reaches from the label's
         documents), default the method's ``default_placement``; ``leaves``: leaves per new label,

@@ -5,7 +5,7 @@ weight vector per cluster, exactly as training trains a label: on the rows its c
 selects (``tfn``: the documents with a positive label in the cluster; ``man``: those the model
 routes there; ``tfn+man``: both), positives where it is carried; or, with ``every_document``, one
 weight vector a label trained against every document given (one-vs-all), set in each of its
-clusters. The old columns of ``W`` and rows of ``C`` are copied, never retrained, so every old
+clusters (``train_one_vs_all``). The old columns of ``W`` and rows of ``C`` are copied, never retrained, so every old
 label scores bit for bit as before.
 """
 
@@ -41,21 +41,22 @@ def extend_level(
     Y: sp.csr_matrix,
     leaves: sp.csr_matrix,
     routes: sp.csr_matrix | None,
-    every_document: bool = False,
+    one_vs_all: tuple[LinearLevel, dict] | None = None,
 ) -> Extended:
     """``level`` (its copies ``copies``) with the labels of ``Y``'s last ``leaves.shape[0]`` columns
     appended in ``leaves`` and trained on ``X``. ``Y`` (``N x L_all``) holds the old labels first, so
     that their clusters' documents are the new labels' negatives as in training; ``routes``
     (``N x K``): the leaf clusters the model itself reaches for each document (``man`` negatives).
-    ``every_document``: each new label trained once against all of ``X`` instead."""
+    ``one_vs_all``: the new labels' weights trained against every document (``train_one_vs_all``),
+    set in each of their clusters instead."""
     n_new = leaves.shape[0]
     n_old = copies.n_labels if copies is not None else level.n_labels
     if Y.shape[1] != n_old + n_new:
         raise RankerError(f"adding labels: Y has {Y.shape[1]} columns, expected {n_old} old + {n_new} new")
     new_copies, C_new = append_copies(copies, leaves, n_old)
     Y_new = sp.csr_matrix(Y[:, n_old:])
-    if every_document:
-        trained, info = _train_one_vs_all(X, Y_new, cfg)
+    if one_vs_all is not None:
+        trained, info = one_vs_all
         trained = LinearLevel(trained.W.tocsc()[:, _copy_labels(leaves)], C_new, trained.bias)
         return Extended(append_columns(level, trained), new_copies, info)
     old_C = copies.collapse(level.C) if copies is not None else level.C
@@ -69,7 +70,7 @@ def extend_level(
     return Extended(append_columns(level, trained), new_copies, info)
 
 
-def _train_one_vs_all(X: sp.csr_matrix, Y: sp.csr_matrix, cfg: RankerConfig) -> tuple[LinearLevel, dict]:
+def train_one_vs_all(X: sp.csr_matrix, Y: sp.csr_matrix, cfg: RankerConfig) -> tuple[LinearLevel, dict]:
     """One weight vector per column of ``Y`` trained on every row of ``X`` (one cluster holds them all)."""
     one = sp.csr_matrix(np.ones((Y.shape[1], 1), np.float32))
     every = sp.csr_matrix(np.ones((X.shape[0], 1), np.float32))

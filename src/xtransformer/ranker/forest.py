@@ -22,6 +22,8 @@ import scipy.sparse as sp
 
 from xtransformer.ranker.config import HierarchicalLinearConfig
 from xtransformer.ranker.errors import RankerError
+from xtransformer.ranker.extend import train_one_vs_all
+from xtransformer.ranker.features import as_features
 from xtransformer.ranker.hierarchical import HierarchicalLinear
 from xtransformer.ranker.linear import load_model_meta
 from xtransformer.utils.io import atomic_dir, save_json
@@ -102,8 +104,15 @@ class LinearForest:
         X_index: sp.spmatrix | np.ndarray | None = None,
         placing: Placing | None = None,
     ) -> tuple[LinearForest, dict]:
-        """Every tree with the new labels placed in its own leaves (``HierarchicalLinear.add_labels``)."""
-        grown = [t.add_labels(X, Y, X_index, placing) for t in self.trees]
+        """Every tree with the new labels placed in its own leaves (``HierarchicalLinear.add_labels``);
+        one-vs-all weights do not depend on the tree: trained once, shared by every tree."""
+        from xtransformer.indexing.placement import Placing  # here: indexing imports the ranker
+
+        first, placing = self.trees[0], placing or Placing()
+        once = None
+        if first.trains_added_on_every_document(placing):
+            once = train_one_vs_all(as_features(X), sp.csr_matrix(Y[:, first.n_labels :]), first.config)
+        grown = [t.add_labels(X, Y, X_index, placing, once) for t in self.trees]
         report = dict(grown[0][1])
         report["trees"] = [r["placement"] for _, r in grown]
         return LinearForest([t for t, _ in grown]), report

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from xtransformer.ranker.config import HierarchicalLinearConfig
 from xtransformer.ranker.copies import COPIES_DIR, LabelCopies
 from xtransformer.ranker.errors import RankerError
-from xtransformer.ranker.extend import extend_level
+from xtransformer.ranker.extend import extend_level, train_one_vs_all
 from xtransformer.ranker.features import as_features
 from xtransformer.ranker.fit import LevelSpec, solver_params, train_levels
 from xtransformer.ranker.level import LinearLevel, best_labels, load_level, save_level
@@ -252,12 +252,14 @@ class HierarchicalLinear:
         Y: sp.spmatrix,
         X_index: sp.spmatrix | np.ndarray | None = None,
         placing: Placing | None = None,
+        one_vs_all: tuple[LinearLevel, dict] | None = None,
     ) -> tuple[HierarchicalLinear, dict]:
         """This model with the labels of ``Y``'s columns after its own (``Y``: ``N x L_all``, its
         labels first) placed in its leaves as ``placing`` says (default: the two nearest centroids;
         ``X_index``: the documents in the tree's representation, default ``X``) and trained on ``X``
-        against every document or each leaf's (``placing.negatives``, else ``added_negatives``); the
-        upper levels and every old label's weights are shared, unchanged. Returns it and a report."""
+        against every document or each leaf's (``placing.negatives``, else ``added_negatives``;
+        ``one_vs_all``: the former, already trained); the upper levels and every old label's weights
+        are shared, unchanged. Returns it and a report."""
         from xtransformer.indexing.placement import Placing, place_labels  # here: indexing imports the ranker
 
         placing = (placing or Placing()).resolved("centroid")
@@ -267,12 +269,19 @@ class HierarchicalLinear:
         placed = place_labels(
             sp.csr_matrix(Y), X if X_index is None else X_index, C, placing.n_leaves(C), routes, by=placing.by
         )
-        every = (placing.negatives or self.config.added_negatives) == "all"
-        ext = extend_level(self.levels[-1], self.copies, self.config, X, sp.csr_matrix(Y), placed.leaves, routes, every)
+        if one_vs_all is None and self.trains_added_on_every_document(placing):
+            one_vs_all = train_one_vs_all(X, sp.csr_matrix(Y[:, self.n_labels :]), self.config)
+        ext = extend_level(
+            self.levels[-1], self.copies, self.config, X, sp.csr_matrix(Y), placed.leaves, routes, one_vs_all
+        )
         first = self.added_from if self.added_from is not None else self.levels[-1].n_labels
         model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies, first)
         model.added_level()  # as a loaded model has it: ready before the first prediction
         return model, {"placement": placed.summary(), "leaves": placed.leaves, "training": ext.info}
+
+    def trains_added_on_every_document(self, placing: Placing) -> bool:
+        """Whether new labels train one-vs-all (``placing.negatives``, else ``added_negatives``)."""
+        return (placing.negatives or self.config.added_negatives) == "all"
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:
