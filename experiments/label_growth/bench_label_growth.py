@@ -19,7 +19,6 @@ is compared bit for bit, and the share of documents whose top-5 old labels are u
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -63,10 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(dropped)} of {len(ids)} labels held back (seed {args.seed})", flush=True)
     fit, X_train = setup["fit"], setup["X_train"]
     reduced, t_reduced = timed(lambda: fit(train_Y[:, keep], [ids[j] for j in keep], [names[j] for j in keep]))
-    if args.negatives:
-        training(reduced, args.negatives)
     full, t_full = setup["full"](reduced)
     placing = {"label_ids": ids, "label_names": names, "placement": args.placement, "leaves": args.leaves}
+    placing["negatives"] = args.negatives
     grown, t_grown = timed(lambda: reduced.add_labels(X_train, train_Y, **placing))
     carriers = np.flatnonzero(np.diff(sp.csr_matrix(train_Y[:, dropped]).indptr) > 0)
     own, t_own = timed(lambda: reduced.add_labels(X_train[carriers], train_Y[carriers], **placing))
@@ -143,12 +141,6 @@ def final_model_setup(run_dir: Path, kept: Path | None = None) -> dict:
         "train_Y": r.train.Y, "ids": ids, "names": names, "fit": fit, "X_train": r.X_train, "rows_s": r.rows_s,
         "full": full, "dev": {"X": r.X_eval, "Y": r.eval_Y}, "held_out": held,
     }  # fmt: skip
-
-
-def training(model, negatives: str):
-    """``model`` with its tree model set to train added labels against ``negatives`` (``added_negatives``)."""
-    model.model.config = dataclasses.replace(model.model.config, added_negatives=negatives)
-    return model
 
 
 def draw(Y: sp.csr_matrix, share: float, min_docs: int, seed: int) -> np.ndarray:

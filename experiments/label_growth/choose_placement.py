@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from bench_label_growth import draw, final_model_setup, in_space, training
+from bench_label_growth import draw, final_model_setup, in_space
 from common import compose_settings, held_out_total, holdout_rows, public_args, rounded, save_table, selection_parser
 
 GAP_KEYS = ("P@1", "P@5", "nDCG@5")
@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     for leaves in [int(x) for x in args.leaves.split(",")]:
         for rule, negatives in [(r, n) for r in ("routes", "centroid") for n in args.negatives.split(",")]:
             t0 = time.perf_counter()
-            grown = training(reduced, negatives).add_labels(
-                X_fit, Y_fit, label_ids=ids, label_names=names, placement=rule, leaves=leaves
+            grown = reduced.add_labels(
+                X_fit, Y_fit, label_ids=ids, label_names=names, placement=rule, leaves=leaves, negatives=negatives
             )
             seconds = round(time.perf_counter() - t0, 1)
             for reach in args.reach.split(","):
