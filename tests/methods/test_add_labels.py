@@ -205,6 +205,9 @@ def test_added_model_keeps_old_scores_and_records_the_addition(toy_model):
     assert by_centroid.report["added_labels"]["placement"]["by_centroid"] == 1
     by_leaf = model.add_labels(texts["train"], lists, negatives="leaf")
     assert by_leaf.train_settings["added_labels"][-1]["negatives"] == "leaf"
+    assert grown.train_settings["added_labels"][-1]["negatives"] == "all"  # the model's added_negatives
+    # labels that saw only their leaf's documents are never scored alone: under their leaf's path instead
+    assert grown.predict_settings["added_reach"] == "alone" and by_leaf.predict_settings["added_reach"] == "all"
     a, b = model.predict_csr(texts["dev"]).tocoo(), grown.predict_csr(texts["dev"]).tocsr()
     shared = np.asarray(b[a.row, a.col]).ravel()
     assert np.array_equal(a.data[shared != 0], shared[shared != 0]) and (shared != 0).sum() > 0

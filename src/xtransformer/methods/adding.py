@@ -110,6 +110,14 @@ def grown_report(report: dict, new_ids: Sequence[str]) -> dict:
     return {k: v for k, v in report.items() if k != "leaves"} | {"leaves": lists}
 
 
+def grown_reach(settings: dict, default: str, negatives: str) -> str:
+    """A grown tree model's ``added_reach``: its own (``default``, the tree model's, for a folder
+    saved before the setting), but never ``alone`` once labels trained on their leaves' documents
+    only are among the added ones: they have seen no other document (``all`` instead)."""
+    reach = settings.get("added_reach", default)
+    return "all" if reach == "alone" and negatives == "leaf" else reach
+
+
 def read_folder(folder: str | Path, split: str = "train") -> LabeledData:
     """The documents of ``folder``'s ``split`` in the standard text layout (``{split}_texts.txt``,
     ``{split}_labels.txt``; names from ``label_text.txt`` when present), their label space the ids

@@ -225,7 +225,10 @@ class XMCModel:
         model = self._add_labels(plan)
         if self.zero_shot is not None:  # old indices stand; the label space grew
             model.zero_shot = dataclasses.replace(self.zero_shot, n_labels=model.n_labels)
-        history = [*self.train_settings.get("added_labels", []), plan.record()]
+        record = plan.record()
+        if "negatives" in model.report:  # a tree model's, resolved from its added_negatives
+            record["negatives"] = model.report["negatives"]
+        history = [*self.train_settings.get("added_labels", []), record]
         model.train_settings = {**self.train_settings, "added_labels": history}
         model.report = {"added_labels": plan.summary() | model.report | {"seconds": time.perf_counter() - start}}
         return model

@@ -269,7 +269,8 @@ class HierarchicalLinear:
         placed = place_labels(
             sp.csr_matrix(Y), X if X_index is None else X_index, C, placing.n_leaves(C), routes, by=placing.by
         )
-        if one_vs_all is None and self.trains_added_on_every_document(placing):
+        every = self.trains_added_on_every_document(placing)
+        if one_vs_all is None and every:
             one_vs_all = train_one_vs_all(X, sp.csr_matrix(Y[:, self.n_labels :]), self.config)
         ext = extend_level(
             self.levels[-1], self.copies, self.config, X, sp.csr_matrix(Y), placed.leaves, routes, one_vs_all
@@ -277,7 +278,13 @@ class HierarchicalLinear:
         first = self.added_from if self.added_from is not None else self.levels[-1].n_labels
         model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies, first)
         model.added_level()  # as a loaded model has it: ready before the first prediction
-        return model, {"placement": placed.summary(), "leaves": placed.leaves, "training": ext.info}
+        negatives = "all" if every else "leaf"
+        return model, {
+            "placement": placed.summary(),
+            "leaves": placed.leaves,
+            "training": ext.info,
+            "negatives": negatives,
+        }
 
     def trains_added_on_every_document(self, placing: Placing) -> bool:
         """Whether new labels train one-vs-all (``placing.negatives``, else ``added_negatives``)."""

@@ -99,14 +99,16 @@ class XRLinear(XMCModel):
     # ------------------------------------------------------------------ growing
     def _add_labels(self, plan: Any) -> XRLinear:
         """New labels at the leaves nearest their PIFA-TF-IDF rows (the representation it indexed with)."""
-        from xtransformer.methods.adding import grown_report
+        from xtransformer.methods.adding import grown_reach, grown_report
 
         d = plan.data
         X = self.tfidf.from_texts(d.texts) if d.texts is not None else self.tfidf.from_features(d.features)
         model, report = self.model.add_labels(X, d.Y, placing=plan.placing)
         model.config = self.model.config
         out = XRLinear(self.grown_records(plan), self.tfidf, model)
-        out.predict_settings.setdefault("added_reach", model.config.added_reach)  # a folder saved before the setting
+        out.predict_settings["added_reach"] = grown_reach(
+            out.predict_settings, model.config.added_reach, report["negatives"]
+        )
         out.report = grown_report(report, plan.new_ids)
         return out
 

@@ -162,7 +162,7 @@ class XRTransformer(NeuralModel):
         model's beam reaches most often from their documents, read as TF-IDF ⊕ the fine-tuned
         embeddings), and in the fine-tuning tree at its λ nearest leaves (it has no beam of its own)."""
         from xtransformer.indexing.placement import grow_chain, leaves_per_label, place_labels
-        from xtransformer.methods.adding import grown_report
+        from xtransformer.methods.adding import grown_reach, grown_report
 
         texts = plan.data.require_texts("adding labels to an xrtransformer model")
         emb, _ = self.embed(texts, self.predict_settings, progress=True)
@@ -175,7 +175,9 @@ class XRTransformer(NeuralModel):
             placed = place_labels(plan.data.Y, feats, chain.leaf_assignment, leaves_per_label(chain.leaf_assignment))
             chain = grow_chain(chain, placed.leaves)
         out = XRTransformer(self.grown_records(plan), self.tfidf, self.matcher, self.features, final, chain)
-        out.predict_settings.setdefault("added_reach", final.config.added_reach)  # a folder saved before the setting
+        out.predict_settings["added_reach"] = grown_reach(
+            out.predict_settings, final.config.added_reach, report["negatives"]
+        )
         out.device = self.device
         out.report = grown_report(report, plan.new_ids)
         return out
