@@ -278,13 +278,8 @@ class HierarchicalLinear:
         first = self.added_from if self.added_from is not None else self.levels[-1].n_labels
         model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies, first)
         model.added_level()  # as a loaded model has it: ready before the first prediction
-        negatives = "all" if every else "leaf"
-        return model, {
-            "placement": placed.summary(),
-            "leaves": placed.leaves,
-            "training": ext.info,
-            "negatives": negatives,
-        }
+        report = {"placement": placed.summary(), "leaves": placed.leaves, "training": ext.info}
+        return model, report | {"negatives": "all" if every else "leaf"}
 
     def trains_added_on_every_document(self, placing: Placing) -> bool:
         """Whether new labels train one-vs-all (``placing.negatives``, else ``added_negatives``)."""
