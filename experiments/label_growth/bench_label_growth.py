@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     fit, X_train = setup["fit"], setup["X_train"]
     reduced, t_reduced = timed(lambda: fit(train_Y[:, keep], [ids[j] for j in keep], [names[j] for j in keep]))
     full, t_full = setup["full"](reduced)
-    placing = {"label_ids": ids, "label_names": names, "placement": args.placement, "leaves": args.leaves}
-    placing["negatives"] = args.negatives
+    placing = {"label_ids": ids, "label_names": names, "placement": args.placement, "leaves": args.leaves,
+               "negatives": args.negatives}  # fmt: skip
     grown, t_grown = timed(lambda: reduced.add_labels(X_train, train_Y, **placing))
     carriers = np.flatnonzero(np.diff(sp.csr_matrix(train_Y[:, dropped]).indptr) > 0)
     own, t_own = timed(lambda: reduced.add_labels(X_train[carriers], train_Y[carriers], **placing))

@@ -144,8 +144,8 @@ def scored(row: dict, model, splits: dict, ids: list[str], **settings) -> dict:
 
 def choose(rows: list[dict]) -> str:
     """The fewest leaves (then routes before centroid, then the negatives and reach with the best
-    held-out P@1 + P@5 + nDCG@5) within ``BAR`` of full on every gap key, held out; else the best held-out P@1 +
-    P@3 + P@5."""
+    held-out P@1 + P@5 + nDCG@5) within ``BAR`` of full on every gap key, held out; else the best
+    held-out P@1 + P@3 + P@5."""
     within = [r for r in rows if all(g >= -BAR for g in r["gap"].values())]
     if within:
         return min(within, key=lambda r: (r["leaves"], r["placement"] != "routes", -bar_total(r)))["name"]

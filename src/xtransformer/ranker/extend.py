@@ -3,10 +3,10 @@
 A new label sits in leaf cluster(s) ``leaves`` (one row of ``n_new x K``) and trains one
 weight vector per cluster, exactly as training trains a label: on the rows its cluster's mask
 selects (``tfn``: the documents with a positive label in the cluster; ``man``: those the model
-routes there; ``tfn+man``: both), positives where it is carried; or, with ``every_document``, one
-weight vector a label trained against every document given (one-vs-all), set in each of its
-clusters (``train_one_vs_all``). The old columns of ``W`` and rows of ``C`` are copied, never retrained, so every old
-label scores bit for bit as before.
+routes there; ``tfn+man``: both), positives where it is carried; or one weight vector a label
+trained against every document given (``train_one_vs_all``), set in each of its clusters. The old
+columns of ``W`` and rows of ``C`` are copied, never retrained, so every old label scores bit for
+bit as before.
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ def extend_level(
     if Y.shape[1] != n_old + n_new:
         raise RankerError(f"adding labels: Y has {Y.shape[1]} columns, expected {n_old} old + {n_new} new")
     new_copies, C_new = append_copies(copies, leaves, n_old)
-    Y_new = sp.csr_matrix(Y[:, n_old:])
     if one_vs_all is not None:
         trained, info = one_vs_all
         trained = LinearLevel(trained.W.tocsc()[:, _copy_labels(leaves)], C_new, trained.bias)
         return Extended(append_columns(level, trained), new_copies, info)
+    Y_new = sp.csr_matrix(Y[:, n_old:])
     old_C = copies.collapse(level.C) if copies is not None else level.C
     C_all = sp.vstack([old_C, binarize(leaves)], format="csr")
     mask = negative_mask(cfg.negatives, Y, C_all, None if cfg.negatives == "tfn" else _routes(routes, cfg))
