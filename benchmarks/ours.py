@@ -165,6 +165,14 @@ class OursXRTransformer(_Ours):
     reads_texts = True
     single_docs = 50  # an encoder pass per call: the latency median over 50 documents
     QUIET = ("matcher.progress=false", "trainer.enable_progress_bar=false")  # run fields: no effect on results
+    # the linear stages' worker threads (run fields): the harness's --threads, as the peers get
+    THREADED = (
+        "indexing",
+        "xrtransformer.final.indexing",
+        "xrtransformer.final.model",
+        "xrlinear.indexing",
+        "xrlinear.model",
+    )
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
@@ -173,7 +181,8 @@ class OursXRTransformer(_Ours):
         from xtransformer.pipeline.settings import compose_settings
 
         torch.set_num_threads(self.threads)
-        self.s = compose_settings(*args.override, f"seed={self.seed}", *self.QUIET)
+        threads = [f"{group}.threads={self.threads}" for group in self.THREADED]
+        self.s = compose_settings(*args.override, f"seed={self.seed}", *self.QUIET, *threads)
         if self.s.method != "xrtransformer":
             raise phases.PhaseError(
                 f"ours-xrtransformer: the overrides {args.override} give method={self.s.method}; "
@@ -220,6 +229,9 @@ class OursXRTransformer(_Ours):
         from xtransformer import XMCModel
 
         self.model = XMCModel.load(model_dir / {"default": "xrtransformer"}.get(variant, variant))
+        for member in getattr(self.model, "members", [self.model]):  # encode where the run trained (a GPU run: cuda)
+            if hasattr(member, "to"):
+                member.to(self.s.trainer.device)
 
     def predict_texts(self, texts: list[str], X: sp.csr_matrix, k: int, variant: str) -> sp.csr_matrix:
         return self.model.predict_csr(texts, **self.model.overrides_for_k(k, {}))

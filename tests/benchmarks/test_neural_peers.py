@@ -198,3 +198,30 @@ def test_later_seeds_of_a_system_merge_into_its_row(tmp_path: Path) -> None:
         main(["--rerender", *paths, paths[1], "--tag", "again", "--out", str(tmp_path)])
     with pytest.raises(BenchmarkArgError, match="--first-repeat must be >= 0"):
         main([*argv, "--first-repeat", "-1"])
+
+
+def test_ours_xrtransformer_gives_every_linear_stage_the_harness_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--threads reaches ours' linear stages (trees, final model, XR-Linear), as it reaches the peers'
+    C++ threads: on a many-core GPU host they would otherwise run with the configs' own count."""
+    import argparse
+    from dataclasses import fields, is_dataclass
+
+    import torch
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))  # ours.py imports phases
+    import ours
+
+    def threads_of(node: object, path: str = "") -> list[tuple[str, int]]:
+        if not is_dataclass(node):
+            return []
+        found = [(f"{path}.threads", node.threads)] if hasattr(node, "threads") else []
+        return found + [p for f in fields(node) for p in threads_of(getattr(node, f.name), f"{path}.{f.name}")]
+
+    before = torch.get_num_threads()
+    try:
+        args = argparse.Namespace(override=["experiment=eurlex57k_xr_ensemble"], threads=3, seed=0)
+        system = ours.ADAPTERS["xrtransformer"](args)
+    finally:
+        torch.set_num_threads(before)
+    found = [p for name, settings in system.s.methods.items() for p in threads_of(settings, name)]
+    assert len(found) >= 5 and {n for _, n in found} == {3}, found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import numpy as np
@@ -640,3 +641,11 @@ def test_pair_chunks_cover_the_pairs_cut_between_documents():
         big = len(doc) * (n_max + row_nnz.max()) >= scoring.PARALLEL_MIN_COST
         assert len(chunks) >= (threads if big else 1)
     assert len(scoring.pair_chunks(Candidates(doc[:3], doc[:3] * 0, np.ones(3, np.float32), 3), row_nnz, 90, 2)) == 1
+
+
+def test_threads_default_to_every_cpu_this_process_may_use(monkeypatch):
+    """threads 0 (the default) is the process's CPU affinity, not a fixed count; a count stays."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    assert RankerConfig().threads == 0 and RankerConfig().n_threads == 3
+    assert RankerConfig(threads=1).n_threads == 1
+    assert HierarchicalLinearConfig().n_threads == 3

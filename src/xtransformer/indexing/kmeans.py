@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 
@@ -39,6 +38,7 @@ import scipy.sparse as sp
 from xtransformer.indexing.chain import ClusterChain, codes_to_csr
 from xtransformer.indexing.errors import IndexingError
 from xtransformer.indexing.kmeans_level import children_order, node_seeds, split_level
+from xtransformer.utils.hardware import available_cpus
 from xtransformer.utils.rows import row_sq_norms
 
 log = logging.getLogger(__name__)
@@ -271,7 +271,7 @@ def _check_features(features: sp.spmatrix | np.ndarray) -> sp.csr_matrix | np.nd
 def resolve_threads(threads: int | None) -> int:
     """``threads`` as a count (``None``: the CPUs available to this process)."""
     if threads is None:
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return available_cpus()
     if not _is_int(threads) or threads < 1:
         raise IndexingError(f"`threads` must be an int >= 1 or None, got {threads!r}")
     return int(threads)

@@ -8,13 +8,13 @@ Newton iterations; ``max_cg_iter`` CG steps each).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.postprocess import POST_PROCESSORS
 from xtransformer.settings import Settings, predict_field, run_field
+from xtransformer.utils.hardware import available_cpus
 
 FEATURES = ("tfidf", "tfidf+neural")
 NEGATIVES = ("tfn", "man", "tfn+man")
@@ -48,7 +48,7 @@ class RankerConfig(Settings):
     matcher_weight: float = predict_field(1.0)
     beam_size: int = predict_field(10)  # clusters kept per level during beam search (PECOS default 10)
     topk: int = predict_field(20)  # labels kept per document in the final predictions
-    threads: int = run_field(2)  # worker threads for training and prediction; <= 0 means all cores
+    threads: int = run_field(0)  # worker threads for training and prediction; <= 0: every CPU available
     batch_nnz: int = 500_000  # clusters with fewer nonzeros of X are solved together in one block
 
     def check(self) -> None:
@@ -72,7 +72,7 @@ class RankerConfig(Settings):
 
     @property
     def n_threads(self) -> int:
-        return self.threads if self.threads > 0 else (os.cpu_count() or 1)
+        return self.threads if self.threads > 0 else available_cpus()
 
 
 @dataclass

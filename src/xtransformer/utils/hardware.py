@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,11 @@ def native_bf16(device_type: str) -> bool:
     except (AttributeError, RuntimeError):  # an older torch: its private probes, else assume emulation
         probes = [getattr(torch.cpu, n, None) for n in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
         return any(bool(p()) for p in probes if p is not None)
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, e.g. a container's cpuset)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def device_type(accelerator: str) -> str:
