@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -236,6 +236,37 @@ def trees(model: Any) -> list[Any]:
 
 
 # ---------------------------------------------------------------------------------------- selections
+def compact_encoder(src: Path, out: Path, batches: Iterable[Sequence[str]], max_length: int = 512) -> tuple[int, int]:
+    """A copy of the encoder folder ``src`` in ``out``, small enough for a machine that takes few MiB:
+    weights in fp16 (the config asks for fp32 at load), and the embedding rows of tokens that none of
+    the texts in ``batches`` reaches within ``max_length`` tokens set to zero, so that they compress.
+    Returns (tokens used, vocabulary size)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(src)
+    used = np.zeros(len(tok), bool)
+    for batch in batches:
+        for ids in tok(list(batch), truncation=True, max_length=max_length)["input_ids"]:
+            used[ids] = True
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(src, out, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "README.md"))
+    weights = load_file(src / "model.safetensors")
+    for k, v in weights.items():
+        if "word_embeddings" in k:
+            v = v.clone()
+            v[~torch.from_numpy(used[: v.shape[0]])] = 0  # rows no text reaches: zeros compress
+        weights[k] = v.to(torch.float16)
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    config.pop("torch_dtype", None)
+    (out / "config.json").write_text(json.dumps({**config, "dtype": "float32"}, indent=2))  # load as fp32
+    return int(used.sum()), len(used)
+
+
 def holdout_rows(n: int, holdout: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Rows fitted on and the ``holdout`` random rows held out, each sorted: the selections' split."""
     perm = np.random.default_rng(seed).permutation(n)

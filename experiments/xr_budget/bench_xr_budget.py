@@ -55,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: th
 from common import (
     ROOT,
     RunFolder,
+    compact_encoder,
     compose_settings,
     experiment_options,
     final_model_settings,
@@ -68,10 +69,6 @@ WORDS = 400  # texts cut to their first 400 words: at least 512 MiniLM tokens fo
 
 def payload(args: argparse.Namespace) -> None:
     """Everything fine-tuning needs, in few MiB: texts, labels, MiniLM in fp16."""
-    import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoTokenizer
-
     from xtransformer import load_dataset
     from xtransformer.encoders import resolve_model
 
@@ -88,24 +85,8 @@ def payload(args: argparse.Namespace) -> None:
         Y = {n: Y["train"][rows[n]] for n in SPLITS}
     matcher = s.main.matcher
     src = Path(resolve_model(matcher.model_name_or_path, matcher.cache_dir))
-    tok = AutoTokenizer.from_pretrained(src)
-    used = np.zeros(len(tok), bool)
-    for n in SPLITS:
-        for i in range(0, len(texts[n]), 2000):
-            for ids in tok(texts[n][i : i + 2000], truncation=True, max_length=512)["input_ids"]:
-                used[ids] = True
-    model = out / "encoder"
-    shutil.copytree(src, model, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "README.md"))
-    weights = load_file(src / "model.safetensors")
-    for k, v in weights.items():
-        if "word_embeddings" in k:
-            v = v.clone()
-            v[~torch.from_numpy(used[: v.shape[0]])] = 0  # rows no text reaches: zeros compress
-        weights[k] = v.to(torch.float16)
-    save_file(weights, model / "model.safetensors", metadata={"format": "pt"})
-    config = json.loads((model / "config.json").read_text())
-    config.pop("torch_dtype", None)
-    (model / "config.json").write_text(json.dumps({**config, "dtype": "float32"}, indent=2))  # load as fp32
+    batches = (texts[n][i : i + 2000] for n in SPLITS for i in range(0, len(texts[n]), 2000))
+    used, vocab = compact_encoder(src, out / "encoder", batches)
     with lzma.open(out / "texts.json.xz", "wt", preset=9) as f:
         json.dump(texts, f)
     for n in SPLITS:
@@ -113,7 +94,7 @@ def payload(args: argparse.Namespace) -> None:
     (out / "labels.json").write_text(json.dumps(list(ds.vocab.ids)))
     print(
         f"payload in {out}: {sum(p.stat().st_size for p in out.rglob('*') if p.is_file()) / 2**20:.1f} MiB, "
-        f"{int(used.sum())} of {len(used)} tokens used"
+        f"{used} of {vocab} tokens used"
     )
 
 
