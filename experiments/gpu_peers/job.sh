@@ -1,23 +1,22 @@
 #!/bin/bash
 # The GPU job, started detached by run.sh from the checkout's root with .gpu/ beside it: unpack and
 # build, then benchmarks/run.py for ours (trainer=gpu) and for PECOS's XR-Transformer (its GPU path).
-# Knobs for a rehearsal on a CPU host: J (job folder), PXT (PECOS's site), STEPS_SCALE, EXTRA (more
+# Knobs for a rehearsal on a CPU host: J (job folder), STEPS_SCALE, EXTRA (more
 # harness flags, e.g. "--max-docs 300"), OURS_EXTRA (more ours overrides, e.g. "--xr-override trainer=cpu").
 set -u
-R=$(pwd); J=${J:-/tmp/job}; PXT=${PXT:-/tmp/pxt}; DATASET=${DATASET:-eurlex57k}; T0=$(date +%s)
+R=$(pwd); J=${J:-/tmp/job}; DATASET=${DATASET:-eurlex57k}; T0=$(date +%s)
 stamp() { echo "[$(date -u +%H:%M:%S) +$(( $(date +%s) - T0 ))s] $*" | tee -a "$J/progress.txt"; }
 fail() { stamp "$1"; touch "$J/done"; exit 1; }
 stamp start
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; lscpu | grep -E "Model name|^CPU\(s\)"; } > "$J/host.txt" 2>&1
 PY=$(command -v python3)
 $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl > "$J/setup.log" 2>&1 || fail "pip failed"
-[ "$PXT" = /tmp/pxt ] && { tar xJf .gpu/pecos_site.tar.xz -C /tmp || fail "unpacking PECOS failed"; }
-tar xJf .gpu/enc.tar.xz -C /tmp && mkdir -p "/tmp/data/$DATASET" && tar xJf .gpu/data.tar.xz -C "/tmp/data/$DATASET" \
+tar xJf .gpu/pecos_site.tar.xz -C /tmp && tar xJf .gpu/enc.tar.xz -C /tmp && mkdir -p "/tmp/data/$DATASET" && tar xJf .gpu/data.tar.xz -C "/tmp/data/$DATASET" \
   || fail "unpacking failed"
 tar xJf .gpu/cpp.tar.xz -C src/xtransformer && $PY setup.py build_ext --inplace >> "$J/setup.log" 2>&1 || fail "build failed"
 export PYTHONPATH=/tmp/site:$R/src XMC_DATA_DIR=/tmp/data XMC_BENCH_VENVS=/tmp/venvs PYTHONUNBUFFERED=1
 mkdir -p /tmp/venvs/pecos-xrt/bin  # PECOS's environment: this python with its own site first
-printf '#!/bin/sh\nexport PYTHONPATH=%s\nexec %s "$@"\n' "$PXT" "$PY" > /tmp/venvs/pecos-xrt/bin/python
+printf '#!/bin/sh\nexport PYTHONPATH=/tmp/pxt\nexec %s "$@"\n' "$PY" > /tmp/venvs/pecos-xrt/bin/python
 chmod +x /tmp/venvs/pecos-xrt/bin/python && touch /tmp/venvs/pecos-xrt/.ready
 $PY -c "import torch, transformers, xtransformer; print('ours: torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)" >> "$J/host.txt" 2>&1
 /tmp/venvs/pecos-xrt/bin/python -c "import pecos, transformers; from pecos.xmc.xtransformer.model import XTransformer; print('pecos', pecos.__version__, 'transformers', transformers.__version__)" >> "$J/host.txt" 2>&1

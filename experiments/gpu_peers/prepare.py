@@ -138,7 +138,7 @@ def main() -> None:
 
 
 def _batches(files: list[Path], size: int = 2000):
-    """Texts of ``files`` (one a line; label texts: the line's name fields) cut to ``WORDS`` words."""
+    """The lines of ``files`` (a text, or a label's id and names, a line) cut to ``WORDS`` words."""
     for path in files:
         batch: list[str] = []
         with open(path, encoding="utf-8") as fh:
