@@ -142,24 +142,49 @@ def markdown_table(summary: dict[str, dict[str, Any]], reference: str | None) ->
 
 
 def machine_info() -> dict[str, Any]:
-    mem_kib = 0
+    mem_kib, flags = 0, set()
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
                 mem_kib = int(line.split()[1])
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+            if not line.strip():
+                break  # the first processor's block names the model and its flags
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                cpu = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
     except OSError:
         pass
     return {
         "cores": os.cpu_count(),
         "ram_gib": round(mem_kib / 2**20, 1),
         "cpu": cpu,
+        "native_bf16": bool(flags & {"amx_bf16", "avx512_bf16"}) if flags else None,
+        "gpus": visible_gpus(),
         "python": platform.python_version(),
     }
+
+
+def visible_gpus() -> list[str]:
+    """The names of the NVIDIA GPUs that ``nvidia-smi`` lists (none where it is missing or fails)."""
+    try:
+        cmd = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [name.strip() for name in out.splitlines() if name.strip()]
+
+
+def describe_host(machine: dict[str, Any]) -> str:
+    """``2 cores / 23.5 GiB (CPU model, native bf16)``, then the GPUs where there are any: the host of
+    a table's timings, as its header names it (older results lack the bf16 and GPU keys)."""
+    bf16 = {True: ", native bf16", False: ", no native bf16"}.get(machine.get("native_bf16"), "")
+    gpus = machine.get("gpus") or []
+    gpu = f", {len(gpus)} x {gpus[0]}" if len(set(gpus)) == 1 else "".join(f", {g}" for g in gpus)
+    return f"{machine['cores']} cores / {machine['ram_gib']} GiB ({machine['cpu']}{bf16}){gpu}"
 
 
 def git_commit(repo: Path) -> str:
@@ -187,7 +212,7 @@ def header(problem_info: dict[str, Any], settings: dict[str, Any], machine: dict
     return (
         f"**{settings['problem']}** ({settings['train_split']} → {settings['eval_split']}; {sizes}; "
         f"L={problem_info.get('n_labels', 0):,}, F={problem_info.get('n_features', 0):,}) — "
-        f"{settings['date']}, {machine['cores']} cores / {machine['ram_gib']} GiB ({machine['cpu']}), "
+        f"{settings['date']}, {describe_host(machine)}, "
         f"commit {commit}; {settings['threads']} threads, top-{settings['topk']}, "
         f"repeats {settings['repeats']} (median, min–max); metrics in %."
     )

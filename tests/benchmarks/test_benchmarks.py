@@ -231,6 +231,26 @@ def test_scaling_writes_curves_and_plot(tmp_path: Path) -> None:
     assert len(list((out / "scaling").glob("*.json"))) == 3  # (200,20) is shared by both curves
 
 
+def test_host_description_names_native_bf16_and_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table's header names its host as the docs must: CPU, native bf16 or not, GPU model; results
+    saved before these keys existed still render."""
+    machine = report.machine_info()
+    assert machine["native_bf16"] in (True, False, None) and isinstance(machine["gpus"], list)
+    host = {"cores": 16, "ram_gib": 125.0, "cpu": "Intel(R) Xeon(R) Processor", "native_bf16": True}
+    assert report.describe_host({**host, "gpus": ["NVIDIA H100 80GB HBM3"]}) == (
+        "16 cores / 125.0 GiB (Intel(R) Xeon(R) Processor, native bf16), 1 x NVIDIA H100 80GB HBM3"
+    )
+    no_bf16 = report.describe_host({**host, "native_bf16": False, "gpus": []})
+    assert no_bf16 == "16 cores / 125.0 GiB (Intel(R) Xeon(R) Processor, no native bf16)"
+    assert report.describe_host({"cores": 2, "ram_gib": 23.5, "cpu": "X"}) == "2 cores / 23.5 GiB (X)"
+
+    def no_driver(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(report.subprocess, "run", no_driver)
+    assert report.visible_gpus() == []
+
+
 def test_vm_hwm_reads_this_process() -> None:
     hwm = vm_hwm_mb()
     assert hwm is None or hwm > 10
