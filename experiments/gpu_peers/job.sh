@@ -1,8 +1,9 @@
 #!/bin/bash
 # The GPU job, started detached by run.sh from the checkout's root with .gpu/ beside it: unpack and
 # build, then benchmarks/run.py for ours (trainer=gpu) and for PECOS's XR-Transformer (its GPU path).
-# Knobs for a rehearsal on a CPU host: J (job folder), STEPS_SCALE, EXTRA (more
-# harness flags, e.g. "--max-docs 300"), OURS_EXTRA (more ours overrides, e.g. "--xr-override trainer=cpu").
+# SYSTEMS: which systems, in order (default "ours-xrtransformer pecos-xrt"; one a time where the
+# machine's minutes cannot hold both). For a rehearsal on a CPU host: J (job folder), STEPS_SCALE,
+# EXTRA (more harness flags, e.g. "--max-docs 300"), OURS_EXTRA (e.g. "--xr-override trainer=cpu").
 set -u
 R=$(pwd); J=${J:-/tmp/job}; DATASET=${DATASET:-eurlex57k}; T0=$(date +%s)
 stamp() { echo "[$(date -u +%H:%M:%S) +$(( $(date +%s) - T0 ))s] $*" | tee -a "$J/progress.txt"; }
@@ -25,8 +26,9 @@ stamp "setup done"
 XR=(--xr-override experiment=eurlex57k_xr_ensemble --xr-override trainer=gpu --xr-override matcher.model_name_or_path=/tmp/enc ${OURS_EXTRA:-})
 # shellcheck disable=SC2206
 COMMON=(--dataset "$DATASET" --threads "$(nproc)" --timeout 3600 --out "$J/out" --work /tmp/work ${EXTRA:-})
-$PY benchmarks/run.py "${COMMON[@]}" --systems ours-xrtransformer --tag gpu-ours "${XR[@]}" > "$J/ours.log" 2>&1
-stamp "ours rc $?"
-$PY benchmarks/run.py "${COMMON[@]}" --systems pecos-xrt --steps-scale "${STEPS_SCALE:-1}" --tag gpu-pecos "${XR[@]}" > "$J/pecos.log" 2>&1
-stamp "pecos rc $?"
+for system in ${SYSTEMS:-ours-xrtransformer pecos-xrt}; do  # one harness run each: a table as soon as one ends
+  log=$J/${system%%-*}.log
+  $PY benchmarks/run.py "${COMMON[@]}" --systems "$system" --steps-scale "${STEPS_SCALE:-1}" --tag "gpu-$system" "${XR[@]}" > "$log" 2>&1
+  stamp "$system rc $?"
+done
 touch "$J/done"
