@@ -111,7 +111,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         if not (args.reuse and (args.out / "data.tar.xz").is_file()):
-            print(f"prepare: the dataset's files from {data}", flush=True)
+            print(f"prepare: the dataset's files from {data} (xz -9e: minutes)", flush=True)
             xz_tar(data, args.out / "data.tar.xz")
         if not (args.reuse and (args.out / "enc.tar.xz").is_file()):
             texts = [p for p in sorted(data.glob("*.txt")) if p.name.endswith(("_texts.txt", "label_text.txt"))]
@@ -119,6 +119,7 @@ def main() -> None:
             used, vocab = compact_encoder(src, tmp / "enc", _batches(texts))
             print(f"prepare: encoder in fp16, {used} of {vocab} tokens used", flush=True)
             xz_tar(tmp / "enc", args.out / "enc.tar.xz", arcname="enc")
+        print(f"prepare: PECOS's site for Python {args.python}, the wheels, the kernels' sources", flush=True)
         pecos_site(args.out, args.python, tmp)
         pip("download", "--no-deps", "-d", str(args.out / "whl"), *(f"{n}=={md.version(n)}" for n in OURS[:2]))
         pip("wheel", "--no-deps", "-w", str(args.out / "whl"), f"{OURS[2]}=={md.version(OURS[2])}")
