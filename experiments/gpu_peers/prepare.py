@@ -41,7 +41,9 @@ from common import ROOT, compact_encoder, compose_settings
 HERE = Path(__file__).resolve().parent
 LIMIT_MIB = 64  # what the machine took per command, the checkout included
 PECOS = ("libpecos==1.2.8", "transformers==4.46.3", "tokenizers==0.20.3", "huggingface_hub==0.36.2")
-OURS = ("hydra-core", "omegaconf", "antlr4-python3-runtime")  # what the machine's image lacked
+# what the machine's image lacked for ours: wheels from the registry, and ANTLR's (an sdist only) built here
+WHEELS = ("hydra-core", "omegaconf")
+BUILT = "antlr4-python3-runtime"
 KERNELS = ("ranker/kernels", "indexing/kmeans_level", "indexing/sparse_sums")
 WORDS = 400  # texts cut to 400 words before tokenizing: at least 512 tokens, beyond any encoder's reach here
 # libpecos 1.2.8 on NumPy 2 / newer SciPy: (file, old, new, how many times old occurs there)
@@ -121,8 +123,8 @@ def main() -> None:
             xz_tar(tmp / "enc", args.out / "enc.tar.xz", arcname="enc")
         print(f"prepare: PECOS's site for Python {args.python}, the wheels, the kernels' sources", flush=True)
         pecos_site(args.out, args.python, tmp)
-        pip("download", "--no-deps", "-d", str(args.out / "whl"), *(f"{n}=={md.version(n)}" for n in OURS[:2]))
-        pip("wheel", "--no-deps", "-w", str(args.out / "whl"), f"{OURS[2]}=={md.version(OURS[2])}")
+        pip("download", "--no-deps", "-d", str(args.out / "whl"), *(f"{n}=={md.version(n)}" for n in WHEELS))
+        pip("wheel", "--no-deps", "-w", str(args.out / "whl"), f"{BUILT}=={md.version(BUILT)}")
         cpp = tmp / "cpp"
         for name in KERNELS:
             (cpp / name).parent.mkdir(parents=True, exist_ok=True)
