@@ -9,6 +9,8 @@ R=$(pwd); J=${J:-/tmp/job}; DATASET=${DATASET:-eurlex57k}; T0=$(date +%s)
 stamp() { echo "[$(date -u +%H:%M:%S) +$(( $(date +%s) - T0 ))s] $*" | tee -a "$J/progress.txt"; }
 fail() { stamp "$1"; touch "$J/done"; exit 1; }
 stamp start
+# the GPU's load every 10 s, to tell a system that waits on the CPU from one that computes on the GPU
+( while [ ! -f "$J/done" ]; do echo "$(date -u +%H:%M:%S) $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null)" >> "$J/gpu.txt"; sleep 10; done ) &
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; lscpu | grep -E "Model name|^CPU\(s\)"; } > "$J/host.txt" 2>&1
 PY=$(command -v python3)
 $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl > "$J/setup.log" 2>&1 || fail "pip failed"

@@ -10,6 +10,7 @@ while [ ! -f "$J/done" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
 cat "$J/progress.txt" "$J/host.txt" 2>/dev/null
 cp "$J"/out/*.json "$OUT"/ 2>/dev/null
 for f in ours pecos; do [ -f "$J/$f.log" ] && tail -c 100000 "$J/$f.log" > "$OUT/$f.log"; done
-find /tmp/work -name log.txt -newer "$J/started" -exec tail -v -c 4000 {} + > "$OUT/runs.log" 2>/dev/null
+find /tmp/work -name log.txt -newer "$J/started" -exec tail -v -c 20000 {} + > "$OUT/runs.log" 2>/dev/null
+cp "$J/gpu.txt" "$OUT/" 2>/dev/null
 tail -c 100000 "$J/setup.log" > "$OUT/setup.log" 2>/dev/null
 ps aux --sort=-%cpu | head -4 | cut -c1-160; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv 2>/dev/null
