@@ -43,6 +43,21 @@ def main(argv: list[str] | None = None) -> None:
         help="with --run: a folder with the run's own embeddings of its documents, train.npy and/or dev.npy "
         "(its stage cache's), instead of encoding them again (a split without its file is encoded)",
     )
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="with --run: the run's stage cache; the reduced model, as an XR-Transformer with the run's encoder, "
+        "also grows through the public XRTransformer.add_labels from the training texts, its TF-IDF rows and "
+        "embeddings taken from there (row 'grown from texts')",
+    )
+    ap.add_argument(
+        "--full-train-s",
+        type=float,
+        default=None,
+        help="with --run: the full model's training seconds, where the run reused its stages from an earlier "
+        "run (default: the run's own xrtransformer_train)",
+    )
     ap.add_argument("--drop", type=float, default=0.1, help="share of the eligible labels held back")
     ap.add_argument("--min-docs", type=int, default=5, help="training documents a label needs to be drawn")
     ap.add_argument("--seed", type=int, default=0)
@@ -63,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     fit, X_train = setup["fit"], setup["X_train"]
     reduced, t_reduced = timed(lambda: fit(train_Y[:, keep], [ids[j] for j in keep], [names[j] for j in keep]))
     full, t_full = setup["full"](reduced)
+    t_full = args.full_train_s if args.full_train_s is not None else t_full
     placing = {"label_ids": ids, "label_names": names, "placement": args.placement, "leaves": args.leaves,
                "negatives": args.negatives}  # fmt: skip
     grown, t_grown = timed(lambda: reduced.add_labels(X_train, train_Y, **placing))
@@ -71,6 +87,10 @@ def main(argv: list[str] | None = None) -> None:
     dev = setup["dev"]
     models = {"full": (full, t_full), "reduced": (reduced, t_reduced), "grown": (grown, t_grown)}
     models["grown-own-docs"] = (own, t_own)
+    if args.cache is not None:
+        if not args.run:
+            raise SystemExit("error: --cache goes with --run (an XR-Transformer run)")
+        models["grown from texts"] = grown_from_texts(setup, reduced, args.cache, placing)
     reach = {"added_reach": args.reach or grown.predict_settings["added_reach"]}
     rows = [
         row(name, m, dev, ids, t, dropped, **(reach if name.startswith("grown") else {}))
@@ -79,14 +99,22 @@ def main(argv: list[str] | None = None) -> None:
     for other in [r for r in ADDED_REACH if r != reach["added_reach"]]:  # the same grown model, the other reaches
         rows.append(row(f"grown, added_reach {other}", grown, dev, ids, t_grown, dropped, added_reach=other))
     plain = np.flatnonzero(np.diff(sp.csr_matrix(dev["Y"][:, dropped]).indptr) == 0)
-    checks = {name: old_labels_check(reduced, models[name][0], dev["X"], plain) for name in ("grown", "grown-own-docs")}
+    checks = {name: old_labels_check(reduced, models[name][0], dev["X"], plain) for name in models if "grown" in name}
+    if "grown from texts" in models:  # the same rows up to rounding (rows given are l2-normalised once more)
+        a, b = (models[n][0].predict_features_csr(dev["X"]) for n in ("grown", "grown from texts"))
+        tops = [models[n][0].top_labels(P, 5) for n, P in (("grown", a), ("grown from texts", b))]
+        checks["grown from texts"]["as_grown"] = {
+            "max_abs_score_difference": float(abs(a - b).max()) if (a - b).nnz else 0.0,
+            "top5_same_docs": int(sum(x["labels"] == y["labels"] for x, y in zip(*tops))),
+            "docs": a.shape[0],
+        }
     record = {
         "args": public_args(args),
         "rows_prepared_s": setup["rows_s"],
         "n_dropped": len(dropped),
         "rows": rows,
         "old_labels": checks,
-        "add_reports": {"grown": grown.report["added_labels"], "grown-own-docs": own.report["added_labels"]},
+        "add_reports": {name: m.report["added_labels"] for name, (m, _) in models.items() if "grown" in name},
         "dropped": [ids[j] for j in dropped],
     }
     save_table(args.results, f"label-growth-{args.tag}", record, table(record))
@@ -139,8 +167,34 @@ def final_model_setup(run_dir: Path, kept: Path | None = None) -> dict:
     held = None if r.held is None else {"X": r.X_held, "Y": r.held.Y}
     return {
         "train_Y": r.train.Y, "ids": ids, "names": names, "fit": fit, "X_train": r.X_train, "rows_s": r.rows_s,
-        "full": full, "dev": {"X": r.X_eval, "Y": r.eval_Y}, "held_out": held,
+        "full": full, "dev": {"X": r.X_eval, "Y": r.eval_Y}, "held_out": held, "xrt": r.model,
+        "texts": r.train.texts,
     }  # fmt: skip
+
+
+def grown_from_texts(setup: dict, reduced, cache: Path, placing: dict) -> tuple:
+    """The reduced final model inside an XR-Transformer with the run's encoder and records (its
+    training stages included), grown by ``XRTransformer.add_labels`` from the training texts with
+    the run's stage ``cache``; returned as the rows model the table scores (its final model), and
+    the seconds ``add_labels`` took."""
+    from xtransformer import XRLinear, XRTransformer
+    from xtransformer.methods.base import ModelRecords
+    from xtransformer.methods.xrlinear.model import ranker_predict_settings
+
+    xrt = setup["xrt"]
+    records = ModelRecords(reduced.label_ids, reduced.label_names, dict(xrt.predict_settings), dict(xrt.train_settings))
+    model = XRTransformer(records, xrt.tfidf, xrt.matcher, xrt.features, reduced.model)  # no chain: it held every label
+    model.device = xrt.device
+    grown, seconds = timed(lambda: model.use_cache(cache).add_labels(setup["texts"], setup["train_Y"], **placing))
+    print(f"grown from texts: {grown.report['added_labels']['n_added']} labels in {seconds:.1f} s", flush=True)
+    rows_model = XRLinear(
+        ModelRecords(grown.label_ids, grown.label_names, ranker_predict_settings(grown.final.config)),
+        reduced.tfidf,
+        grown.final,
+    )
+    rows_model.predict_settings["added_reach"] = grown.predict_settings["added_reach"]
+    rows_model.report = grown.report
+    return rows_model, seconds
 
 
 def draw(Y: sp.csr_matrix, share: float, min_docs: int, seed: int) -> np.ndarray:
@@ -238,6 +292,12 @@ def table(record: dict) -> str:
             f"{c['top5_unchanged_docs']} ({100 * c['top5_unchanged_docs'] / max(c['docs'], 1):.2f}%), top 1 unchanged: "
             f"{c['top1_unchanged_docs']} ({100 * c['top1_unchanged_docs'] / max(c['docs'], 1):.2f}%)"
         )
+        if "as_grown" in c:
+            s = c["as_grown"]
+            lines.append(
+                f"{name} against grown, on all {s['docs']} dev documents: largest score difference "
+                f"{s['max_abs_score_difference']:.2g}, same top 5 on {s['top5_same_docs']}"
+            )
     return "\n".join(lines)
 
 

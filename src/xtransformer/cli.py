@@ -383,6 +383,12 @@ def add_labels_main(argv: Sequence[str] | None = None) -> int:
         "once a label, or the documents of each of its leaves (default: the model's added_negatives, all)",
     )
     p.add_argument(
+        "--cache",
+        default=None,
+        help="the stage cache of the run that trained the model (train.py's paths.cache_dir, default cache/): "
+        "the TF-IDF rows and embeddings it computed for documents of --data are taken, not computed again",
+    )
+    p.add_argument(
         "--zero-shot",
         action="store_true",
         help="instead: score the model's labels that no document of --data carries from their names "
@@ -406,6 +412,8 @@ def _add_labels(args: argparse.Namespace) -> int:
         return _zero_shot(model, args, output)
     new = read_new_labels(args.new_labels) if args.new_labels else None
     how = {"new_labels": new, "placement": args.placement, "leaves": args.leaves, "negatives": args.negatives}
+    if args.cache is not None:
+        model.use_cache(args.cache)
     grown = model.add_labels(read_folder(args.data, args.split), **how)
     grown.save(output)
     facts = grown.report["added_labels"]

@@ -213,6 +213,36 @@ def test_added_model_keeps_old_scores_and_records_the_addition(toy_model):
     assert np.array_equal(a.data[shared != 0], shared[shared != 0]) and (shared != 0).sum() > 0
 
 
+def test_rows_of_documents_the_run_read_come_from_its_cache(tmp_path, monkeypatch, caplog):
+    from xtransformer import StageCache, TrainContext
+    from xtransformer.data.tfidf import TfidfFeatures
+
+    texts, Y, _ = toy_xmc()
+    lists = [[IDS[j] for j in Y["train"][i].indices] for i in range(Y["train"].shape[0])]
+    without = [[label for label in row if label != "L11"] for row in lists]
+    with TrainContext(cache=StageCache(tmp_path / "cache")) as ctx:
+        model = XRLinear.fit(texts["train"], without, label_ids=IDS[:11], context=ctx)
+    assert set(model.train_settings["stages"]) == {"documents", "tfidf", "xrlinear"}  # keys, no local path
+    # one document the run never read, carrying the new label, among those it did
+    extra = " ".join(keywords_of(11, texts["train"], Y["train"]) * 2)
+    docs, labels = [*texts["train"], extra], [*lists, ["L11"]]
+    vectorised = []
+    original = TfidfFeatures.from_texts
+    monkeypatch.setattr(TfidfFeatures, "from_texts", lambda self, t: vectorised.append(len(t)) or original(self, t))
+    with caplog.at_level("INFO", logger="xtransformer.methods.reuse"):
+        computed = model.add_labels(docs, labels)  # no cache named: every row computed
+        assert vectorised == [len(docs)] and "documents found" not in caplog.text
+        vectorised.clear()
+        reused = model.use_cache(tmp_path / "cache").add_labels(docs, labels)
+    assert vectorised == [1]  # only the new document is vectorised
+    assert f"{len(docs) - 1} of {len(docs)} documents found" in caplog.text
+    dev_a, dev_b = reused.predict_csr(texts["dev"]), computed.predict_csr(texts["dev"])
+    assert np.array_equal(dev_a.toarray(), dev_b.toarray())  # the run's rows are the vectoriser's
+    vectorised.clear()
+    model.use_cache(tmp_path / "elsewhere").add_labels(docs, labels)  # a cache without the run: every row computed
+    assert vectorised == [len(docs)]
+
+
 def test_a_model_saved_before_added_reach_grows_with_it(toy_model, tmp_path):
     model, texts, lists = toy_model
     model.save(tmp_path / "old")
@@ -244,7 +274,8 @@ def test_command_line_writes_a_new_folder_that_predicts_the_new_label(toy_model,
     data = write_text_dataset(
         tmp_path / "data", {"train": (texts["train"], [" ".join(row) for row in lists])}, label_text=["L11\tnew topic"]
     )
-    rc = add_labels_main(["--model", str(old), "--data", str(data), "--output", str(tmp_path / "new")])
+    no_run = ["--cache", str(tmp_path / "cache")]  # a cache without the run's stages: every row computed
+    rc = add_labels_main(["--model", str(old), "--data", str(data), "--output", str(tmp_path / "new"), *no_run])
     assert rc == 0 and "1 labels added" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in old.rglob("*") if p.is_file()} == files_before
     loaded = XMCModel.load(tmp_path / "new")
@@ -299,6 +330,41 @@ def test_neural_combination_adds_labels_to_every_member(tmp_path):
     loaded = XMCModel.load(tmp_path / "combo")
     doc = " ".join(keywords_of(11, texts["train"], Y["train"]) * 2)
     assert "L11" in loaded.predict([doc], k=3)[0]["labels"]
+
+
+@pytest.mark.slow
+def test_xrtransformer_takes_the_runs_embeddings_of_documents_it_read(tmp_path, monkeypatch):
+    from run_helpers import TINY
+
+    from xtransformer import StageCache, TrainContext, XRTransformer
+    from xtransformer.methods.neural import NeuralModel
+    from xtransformer.pipeline.settings import compose_settings
+
+    texts, Y, _ = toy_xmc()
+    lists = [[IDS[j] for j in Y["train"][i].indices] for i in range(Y["train"].shape[0])]
+    without = [[label for label in row if label != "L11"] for row in lists]
+    over = [o for o in TINY if not o.startswith("data.")] + ["indexing.n_clusters=4", "logger=none"]
+    s = compose_settings("method=xrtransformer", *over, "matcher.level_steps=[4,4]").methods["xrtransformer"]
+    with TrainContext(cache=StageCache(tmp_path / "cache")) as ctx:
+        model = XRTransformer.fit(texts["train"], without, s, label_ids=IDS[:11], context=ctx)
+    extra = " ".join(keywords_of(11, texts["train"], Y["train"]) * 2)
+    docs, labels = [*texts["train"], extra], [*lists, ["L11"]]
+    encoded = []
+    original = NeuralModel.embed
+    monkeypatch.setattr(
+        NeuralModel, "embed", lambda self, t, *a, **k: encoded.append(len(t)) or original(self, t, *a, **k)
+    )
+    computed = model.add_labels(docs, labels)
+    assert encoded == [len(docs)]
+    encoded.clear()
+    reused = model.use_cache(tmp_path / "cache").add_labels(docs, labels)
+    assert encoded == [1]  # only the document the run never read is encoded
+    dev_a, dev_b = reused.predict_csr(texts["dev"]), computed.predict_csr(texts["dev"])
+    assert np.allclose(dev_a.toarray(), dev_b.toarray(), atol=1e-5)
+    encoded.clear()
+    model.predict_settings["inference_precision"] = "bf16-mixed"  # not what the run embedded with: encode all
+    model.add_labels(docs, labels)
+    assert encoded == [len(docs)]
 
 
 @pytest.mark.slow

@@ -46,7 +46,12 @@ def test_a_registered_method_trains_through_the_run_and_loads_as_its_class(regis
             ],
         )
     metrics = run(cfg)
-    assert metrics["method"] == "popularity" and metrics["stages"]["ran"] == ["tfidf", "xrlinear", "popularity"]
+    assert metrics["method"] == "popularity" and metrics["stages"]["ran"] == [
+        "documents",
+        "tfidf",
+        "xrlinear",
+        "popularity",
+    ]
     assert set(metrics["results"]) == {"xrlinear", "popularity", "popularity+xrlinear"}
     assert 0 < metrics["results"]["popularity"]["P@1"] < metrics["results"]["xrlinear"]["P@1"]
     index = json.loads((tmp / "run" / "model" / "models.json").read_text())

@@ -212,9 +212,17 @@ def test_ddp_from_hydra_entry_point_one_run_folder(tmp_path):
     metrics = json.loads((runs[0] / "metrics.json").read_text())
     assert metrics["results"]["xtransformer"]["n_docs"] == 400
     assert metrics["config"]["trainer"]["strategy"] == "ddp" and metrics["config"]["trainer"]["devices"] == 2
-    assert sorted(metrics["stages"]["ran"]) == ["indexing", "matcher", "matcher_outputs", "ranker", "tfidf", "xrlinear"]
+    assert sorted(metrics["stages"]["ran"]) == [
+        "documents",
+        "indexing",
+        "matcher",
+        "matcher_outputs",
+        "ranker",
+        "tfidf",
+        "xrlinear",
+    ]
     stage_dirs = [p for p in (tmp_path / "cache" / "stages").glob("*/*") if p.is_dir() and p.name != "_work"]
-    assert len(stage_dirs) == 6  # each stage built once, not once per rank
+    assert len(stage_dirs) == 7  # each stage built once, not once per rank
 
 
 @pytest.mark.slow

@@ -218,6 +218,9 @@ def given_features(X: sp.spmatrix) -> tuple[TfidfFeatures, sp.csr_matrix]:
 
 
 # ---------------------------------------------------------------------------------------- the stage
+TRAIN_ROWS = "X.train.npz"  # the stage's rows of the training documents, in their order
+
+
 def tfidf_key(data_key: str, cfg: TfidfConfig) -> str:
     """The TF-IDF stage's cache key: the training documents' content key and the training settings."""
     return settings_key("tfidf", data_key, cfg.training_settings())
@@ -231,11 +234,11 @@ def tfidf_stage(cache: Any, data: Any, cfg: TfidfConfig, key: str) -> tuple[Tfid
 
     def build(tmp: Path) -> None:
         features, X = TfidfFeatures.fit(data.texts, cfg)
-        save_csr(X, tmp / "X.train.npz")
+        save_csr(X, tmp / TRAIN_ROWS)
         features.save(tmp / "tfidf")
 
     folder = cache.run("tfidf", key, build, settings=cfg.training_settings())
-    return TfidfFeatures.load(folder / "tfidf"), load_csr(folder / "X.train.npz")
+    return TfidfFeatures.load(folder / "tfidf"), load_csr(folder / TRAIN_ROWS)
 
 
 def tfidf_features(

@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from xtransformer.cache import StageCache
 from xtransformer.data.inputs import LabeledData
 from xtransformer.indexing.placement import Placing
+from xtransformer.methods.reuse import RunRows
 from xtransformer.model.folder import ModelError
 
 
@@ -31,6 +33,13 @@ class Additions:
     n_old: int
     new_ids: list[str]
     placing: Placing = Placing()
+    cache: StageCache | None = None  # the training run's stage cache: rows of documents it read (methods/reuse.py)
+
+    def run_rows(self, stages: dict[str, str] | None, wanted: Sequence[str]) -> RunRows | None:
+        """The given documents matched to those of the run that recorded ``stages`` (a model's
+        ``train_settings["stages"]``), with its ``wanted`` stages' folders; None without a cache or a match."""
+        texts = self.data.texts
+        return None if texts is None else RunRows.find(self.cache, stages, texts, wanted)
 
     @property
     def new_names(self) -> list[str]:

@@ -34,6 +34,7 @@ import scipy.sparse as sp
 from xtransformer.calibration import DECISION_KEYS, Calibration, CalibrationConfig, DecisionSettings
 from xtransformer.calibration.calibrator import row_ranks
 from xtransformer.data.inputs import LabeledData
+from xtransformer.methods.reuse import as_cache, documents_stage, stage_record
 from xtransformer.methods.zeroshot import SETTINGS as ZERO_SHOT_SETTINGS
 from xtransformer.methods.zeroshot import ZERO_SHOT_DIR, ZeroShot, zero_shot_bounds
 from xtransformer.model.folder import (
@@ -47,7 +48,7 @@ from xtransformer.model.folder import (
     write_manifest,
 )
 from xtransformer.settings import Settings
-from xtransformer.utils.io import atomic_dir, save_json
+from xtransformer.utils.io import atomic_dir, save_json, text_digests
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class XMCModel:
         self.calibration: Calibration | None = None  # scores -> probabilities, per-label thresholds
         # fingerprints of the texts it was trained on (a model fitted in this process): calibrate() refuses them
         self.training_documents: np.ndarray | None = None
+        self.run_cache: Any = None  # the training run's stage cache, where add_labels finds its rows (use_cache)
 
     # ------------------------------------------------------------------ training
     @classmethod
@@ -136,9 +138,13 @@ class XMCModel:
             keys = cls.plan(data, record, ctx)
             if not ctx.is_rank_zero and not cls.collective:
                 return None  # nothing to share: the helper ranks only join collective fine-tuning
+            if ctx.is_rank_zero and data.texts is not None:  # what lets add_labels find these rows again
+                documents_stage(ctx.cache, data.texts, data.key)
             model = cls._fit(data, record, ctx, val, keys)
-            if model is not None and data.texts is not None:
-                model.training_documents = text_fingerprints(data.texts)
+            if model is not None:
+                model.train_settings["stages"] = stage_record(data.key, keys)
+                if data.texts is not None:
+                    model.training_documents = text_fingerprints(data.texts)
             return model
         finally:
             if context is None:
@@ -208,7 +214,9 @@ class XMCModel:
         documents), default the method's ``default_placement``; ``leaves``: leaves per new label,
         default the method's ``default_leaves``, else 2 (``indexing/placement.py``); ``negatives``:
         what the new labels train against in a tree model, ``all`` documents given or their ``leaf``'s
-        (default: the model's ``added_negatives``)."""
+        (default: the model's ``added_negatives``). After :meth:`use_cache`, the TF-IDF rows and
+        embeddings of documents the training run read are taken from its stage cache, not computed
+        again (``methods/reuse.py``)."""
         import dataclasses
         import time
 
@@ -220,6 +228,7 @@ class XMCModel:
             placing = placing.resolved(self.default_placement, self.default_leaves)
         data = LabeledData.build(inputs, labels, label_ids, label_names)
         plan = plan_additions(self.label_ids, self.label_names, data, new_labels, placing)
+        plan.cache = as_cache(self.run_cache)
         start = time.perf_counter()
         log.info("adding %d labels to a %s model from %d documents", len(plan.new_ids), self.method, len(data))
         model = self._add_labels(plan)
@@ -232,6 +241,13 @@ class XMCModel:
         model.train_settings = {**self.train_settings, "added_labels": history}
         model.report = {"added_labels": plan.summary() | model.report | {"seconds": time.perf_counter() - start}}
         return model
+
+    def use_cache(self, cache: Any) -> XMCModel:
+        """Look for the training run's stages in ``cache`` (a folder, e.g. ``train.py``'s
+        ``paths.cache_dir``, or a :class:`~xtransformer.cache.StageCache`) when adding labels: the
+        rows it computed for the documents it read are taken from there; returns this model."""
+        self.run_cache = cache
+        return self
 
     def grown_records(self, plan: Any) -> ModelRecords:
         """This model's records over the grown label space of ``plan`` (an ``Additions``)."""
@@ -595,10 +611,7 @@ def resolve_folder(path: Path, method: str | None) -> Path:
 
 def text_fingerprints(texts: Sequence[str]) -> np.ndarray:
     """A sorted 64-bit fingerprint of every text (what ``calibrate`` compares with the training texts)."""
-    import hashlib
-
-    digests = b"".join(hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest() for t in texts)
-    return np.sort(np.frombuffer(digests, dtype=np.uint64))
+    return np.sort(text_digests(texts))
 
 
 def empty_rows_csr(pred: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:

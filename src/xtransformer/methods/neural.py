@@ -32,6 +32,7 @@ from xtransformer.utils.rows import unit_rows
 log = logging.getLogger(__name__)
 
 TFIDF_DIR, MATCHER_DIR, RANKER_DIR, TREE_DIR = "tfidf", "matcher", "ranker", "label_tree"
+EMBEDDINGS = "embeddings.npy"  # an embedding stage's rows of the training documents, in their order
 EmbedFn = Callable[[list[str]], np.ndarray]
 Matcher = Any  # a LoadedMatcher or a CNNMatcher: encode / to / save / load alike
 
@@ -107,7 +108,7 @@ class NeuralModel(XMCModel):
 
             start = time.perf_counter()
             emb, topb = self.embed(data.texts, self.predict_settings, ctx.work_root, progress)
-            save_npy(emb, tmp / "embeddings.npy")
+            save_npy(emb, tmp / EMBEDDINGS)
             save_csr(topb, tmp / "topb.npz")
             save_json(
                 {"docs_per_s": round(len(data) / max(time.perf_counter() - start, 1e-9), 2), "device": self.device},
@@ -116,7 +117,21 @@ class NeuralModel(XMCModel):
 
         folder = ctx.cache.run(stage, key, build, settings=self.predict_settings)
         self.report.setdefault("encode", load_json(folder / "facts.json"))
-        return np.load(folder / "embeddings.npy"), load_csr(folder / "topb.npz")
+        return np.load(folder / EMBEDDINGS), load_csr(folder / "topb.npz")
+
+    def embed_rows(self, rows: Any, stage: str, texts: list[str], progress: bool = False) -> np.ndarray:
+        """The texts' embeddings: the training run's (stage ``stage`` of ``rows``, a
+        :class:`~xtransformer.methods.reuse.RunRows`) where it embedded the text at this model's
+        inference precision, this model's :meth:`embed` for the rest."""
+
+        def encode(at: np.ndarray) -> np.ndarray:
+            return self.embed([texts[i] for i in at], self.predict_settings, progress=progress)[0]
+
+        key = "inference_precision"  # the one embedding setting a call may change after training
+        same = rows is not None and stage in rows.folders
+        same = same and rows.settings(stage).get(key) == self.predict_settings.get(key)
+        got = rows.rows(stage, lambda folder: np.load(folder / EMBEDDINGS), encode) if same else None
+        return encode(np.arange(len(texts))) if got is None else got
 
     def _label_rows(self, names: list[str]) -> np.ndarray:
         """The fine-tuned encoder's unit embeddings of the label texts (name and alternative names)."""

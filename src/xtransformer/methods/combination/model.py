@@ -141,6 +141,12 @@ class Combination(XMCModel):
         return self
 
     # ------------------------------------------------------------------ growing
+    def use_cache(self, cache: Any) -> Combination:
+        """Every member looks for its training run's stages in ``cache``."""
+        for member in self.members:
+            member.use_cache(cache)
+        return super().use_cache(cache)
+
     def _add_labels(self, plan: Any) -> Combination:
         """Every member grown by the same labels, combined as before."""
         p = plan.placing

@@ -100,9 +100,13 @@ class XRLinear(XMCModel):
     def _add_labels(self, plan: Any) -> XRLinear:
         """New labels at the leaves nearest their PIFA-TF-IDF rows (the representation it indexed with)."""
         from xtransformer.methods.adding import grown_reach, grown_report
+        from xtransformer.methods.reuse import tfidf_rows
 
         d = plan.data
-        X = self.tfidf.from_texts(d.texts) if d.texts is not None else self.tfidf.from_features(d.features)
+        if d.texts is None:
+            X = self.tfidf.from_features(d.features)
+        else:
+            X = tfidf_rows(plan.run_rows(self.train_settings.get("stages"), ["tfidf"]), self.tfidf, d.texts)
         model, report = self.model.add_labels(X, d.Y, placing=plan.placing)
         model.config = self.model.config
         out = XRLinear(self.grown_records(plan), self.tfidf, model)

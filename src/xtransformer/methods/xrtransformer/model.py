@@ -163,10 +163,12 @@ class XRTransformer(NeuralModel):
         embeddings), and in the fine-tuning tree at its λ nearest leaves (it has no beam of its own)."""
         from xtransformer.indexing.placement import grow_chain, leaves_per_label, place_labels
         from xtransformer.methods.adding import grown_reach, grown_report
+        from xtransformer.methods.reuse import tfidf_rows
 
         texts = plan.data.require_texts("adding labels to an xrtransformer model")
-        emb, _ = self.embed(texts, self.predict_settings, progress=True)
-        X = self.tfidf.from_texts(texts)
+        rows = plan.run_rows(self.train_settings.get("stages"), ["tfidf", EMBED_STAGE])
+        emb = self.embed_rows(rows, EMBED_STAGE, texts, progress=True)
+        X = tfidf_rows(rows, self.tfidf, texts)
         feats = final_features(self.features["kind"], X, emb, self.features["neural_weight"])
         final, report = self.final.add_labels(feats, plan.data.Y, placing=plan.placing)
         final.config = self.final.config

@@ -150,12 +150,13 @@ class XTransformer(NeuralModel):
         (``plan.placing``), ranked over the matcher's top-b clusters as trained."""
         from xtransformer.indexing.placement import grow_chain, place_labels
         from xtransformer.methods.adding import grown_report
+        from xtransformer.methods.reuse import tfidf_rows
 
         if plan.placing.negatives == "all":  # its ranker scores a label only over the matcher's clusters
             raise ModelError("negatives 'all' is for the tree models (xrlinear, xrtransformer): an xtransformer "
                              "model trains added labels on its matcher's clusters")  # fmt: skip
         texts = plan.data.require_texts("adding labels to an xtransformer model")
-        X = self.tfidf.from_texts(texts)
+        X = tfidf_rows(plan.run_rows(self.train_settings.get("stages"), ["tfidf"]), self.tfidf, texts)
         emb, topb = self.embed(texts, self.predict_settings, progress=True)
         feats = (
             X if self.features["kind"] == "tfidf" else concat_features(X, emb, weight=self.features["neural_weight"])
