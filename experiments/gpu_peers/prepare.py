@@ -40,6 +40,7 @@ from common import ROOT, compact_encoder, compose_settings
 
 HERE = Path(__file__).resolve().parent
 LIMIT_MIB = 64  # what the machine took per command, the checkout included
+PART_MIB = 56  # an encoder too large for one command travels in parts of this size, one a command
 PECOS = ("libpecos==1.2.8", "transformers==4.46.3", "tokenizers==0.20.3", "huggingface_hub==0.36.2")
 # what the machine's image lacked for ours: wheels from the registry, and ANTLR's (an sdist only) built here
 WHEELS = ("hydra-core", "omegaconf")
@@ -101,12 +102,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / ".gpu")
     ap.add_argument("--python", default="3.12", help="the GPU machine's Python (libpecos and tokenizers wheels)")
     ap.add_argument("--reuse", action="store_true", help="keep data.tar.xz and enc.tar.xz already in --out")
+    ap.add_argument(
+        "--override", action="append", default=[], help="a setting over the experiment's, e.g. matcher=mpnet"
+    )
     args = ap.parse_args()
 
     from xtransformer.data.dataset import resolve_dataset_dir
     from xtransformer.encoders import resolve_model
 
-    s = compose_settings([], args.experiment)
+    s = compose_settings(args.override, args.experiment)
     data = resolve_dataset_dir(s.data)
     shutil.rmtree(args.out / "whl", ignore_errors=True)
     (args.out / "whl").mkdir(parents=True)
@@ -133,11 +137,38 @@ def main() -> None:
         xz_tar(cpp, args.out / "cpp.tar.xz")
     for script in ("job.sh", "run.sh"):
         shutil.copy(HERE / script, args.out / script)
-    size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file()) / 2**20
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
     checkout = sum((ROOT / f.decode()).stat().st_size for f in tracked if f and (ROOT / f.decode()).is_file()) / 2**20
+    parts = split_encoder(args.out, LIMIT_MIB - checkout)
+    size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file()) / 2**20
     verdict = "fits" if size + checkout < LIMIT_MIB else "does NOT fit"
     print(f"prepare: {args.out} {size:.1f} MiB + checkout {checkout:.1f} MiB {verdict} in {LIMIT_MIB} MiB")
+    first = args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out
+    if parts:  # the payload first (it holds run.sh), then a part a command
+        print(f"prepare: on the machine, one command each: carry {first}, run `bash {first}/run.sh put`; then")
+    for i, part in enumerate(parts, start=1):
+        where = part.relative_to(ROOT) if part.is_relative_to(ROOT) else part
+        print(f"prepare:   ({i}/{len(parts)}) carry {where}, run the same; then `bash {first}/run.sh start ...`")
+
+
+def split_encoder(out: Path, room_mib: float) -> list[Path]:
+    """Where ``out`` with its encoder exceeds ``room_mib``, the encoder archive cut into parts of
+    ``PART_MIB`` in the sibling folder ``<out>-enc/`` (one command carries each; ``run.sh put`` keeps
+    them on the machine, ``job.sh`` joins them); the parts' paths, none where it fits."""
+    parts_dir = out.with_name(out.name + "-enc")
+    shutil.rmtree(parts_dir, ignore_errors=True)
+    enc = out / "enc.tar.xz"
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20
+    if size < room_mib:
+        return []
+    parts_dir.mkdir()
+    blob, step = enc.read_bytes(), PART_MIB * 2**20
+    parts = []
+    for i in range(0, len(blob), step):
+        parts.append(parts_dir / f"part{i // step:02d}")
+        parts[-1].write_bytes(blob[i : i + step])
+    enc.unlink()
+    return parts
 
 
 def _batches(files: list[Path], size: int = 2000):
