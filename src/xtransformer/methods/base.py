@@ -138,13 +138,14 @@ class XMCModel:
             keys = cls.plan(data, record, ctx)
             if not ctx.is_rank_zero and not cls.collective:
                 return None  # nothing to share: the helper ranks only join collective fine-tuning
-            if ctx.is_rank_zero and data.texts is not None:  # what lets add_labels find these rows again
-                documents_stage(ctx.cache, data.texts, data.key)
+            digests = text_digests(data.texts) if data.texts is not None else None
+            if ctx.is_rank_zero and digests is not None:  # what lets add_labels find these rows again
+                documents_stage(ctx.cache, digests, data.key)
             model = cls._fit(data, record, ctx, val, keys)
             if model is not None:
                 model.train_settings["stages"] = stage_record(data.key, keys)
-                if data.texts is not None:
-                    model.training_documents = text_fingerprints(data.texts)
+                if digests is not None:
+                    model.training_documents = np.sort(digests)  # text_fingerprints, from the digests at hand
             return model
         finally:
             if context is None:

@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 DOCS_STAGE = "documents"
 
 
-def documents_stage(cache: StageCache, texts: Sequence[str], data_key: str) -> None:
-    """Record the digest of every training text, in order (a second for 45,000 texts)."""
-    cache.run(DOCS_STAGE, data_key, lambda tmp: save_npy(text_digests(texts), tmp / "digests.npy"))
+def documents_stage(cache: StageCache, digests: np.ndarray, data_key: str) -> None:
+    """Record the digest of every training text (``utils.io.text_digests``), in their order."""
+    cache.run(DOCS_STAGE, data_key, lambda tmp: save_npy(digests, tmp / "digests.npy"))
 
 
 def stage_record(data_key: str, keys: Mapping[str, Any]) -> dict[str, str]:
