@@ -420,6 +420,24 @@ def test_concat_features_normalises_blocks():
         concat_features(X, emb[:1])
 
 
+@pytest.mark.parametrize("zeros", [False, True])
+def test_dense_block_is_laid_out_as_scipy_stacks_it(zeros):
+    from xtransformer.ranker.features import with_dense_block
+
+    rng = np.random.default_rng(0)
+    A = sp.random(50, 30, density=0.2, format="csr", dtype=np.float32, random_state=1)
+    A[3] = 0  # an empty row
+    A.indices[: A.indptr[2]] = A.indices[: A.indptr[2]][::-1]  # and unsorted ones: kept as they are
+    A.has_sorted_indices = False
+    D = rng.standard_normal((50, 7)).astype(np.float32)
+    if zeros:
+        D[::4, 2] = 0  # dropped, as sp.csr_matrix drops them
+    got, want = with_dense_block(A, D), sp.hstack([A, sp.csr_matrix(D)], format="csr", dtype=np.float32)
+    for name in ("indptr", "indices", "data"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    assert got.indices.dtype == want.indices.dtype and got.shape == want.shape
+
+
 def test_train_ranker_builds_features_and_negatives():
     X, Y, C = random_problem()
     emb = np.random.default_rng(0).standard_normal((X.shape[0], 8)).astype(np.float32)
