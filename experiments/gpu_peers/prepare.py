@@ -162,7 +162,7 @@ def split_encoder(out: Path, room_mib: float) -> list[Path]:
     if size < room_mib:
         return []
     parts_dir.mkdir()
-    blob, step = enc.read_bytes(), PART_MIB * 2**20
+    blob, step = enc.read_bytes(), min(PART_MIB, int(room_mib) - 1) * 2**20  # a part and the checkout fit
     parts = []
     for i in range(0, len(blob), step):
         parts.append(parts_dir / f"part{i // step:02d}")
