@@ -332,6 +332,22 @@ def test_neural_combination_adds_labels_to_every_member(tmp_path):
     assert "L11" in loaded.predict([doc], k=3)[0]["labels"]
 
 
+def test_run_rows_put_computed_rows_back_in_the_given_order(tmp_path):
+    from xtransformer.methods.reuse import RunRows
+
+    stored = np.arange(12, dtype=np.float32).reshape(4, 3)  # the run's rows of its 4 documents
+    np.save(tmp_path / "rows.npy", stored)
+    rows = RunRows(source=np.array([2, -1, 0, -1, 3]), folders={"stage": tmp_path})
+    got = rows.rows(
+        "stage", lambda folder: np.load(folder / "rows.npy"), lambda at: -np.ones((len(at), 3)) * at[:, None]
+    )
+    assert np.array_equal(got, [stored[2], [-1, -1, -1], stored[0], [-3, -3, -3], stored[3]])
+    sparse = rows.rows("stage", lambda folder: sp.csr_matrix(np.load(folder / "rows.npy")),
+                       lambda at: sp.csr_matrix(-np.ones((len(at), 3)) * at[:, None]))  # fmt: skip
+    assert np.array_equal(sparse.toarray(), got)
+    assert rows.rows("absent", np.load, lambda at: None) is None
+
+
 @pytest.mark.slow
 def test_xrtransformer_takes_the_runs_embeddings_of_documents_it_read(tmp_path, monkeypatch):
     from run_helpers import TINY

@@ -22,7 +22,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.cache import StageCache
-from xtransformer.utils.io import load_json, save_npy, text_digests
+from xtransformer.data.tfidf import TRAIN_ROWS
+from xtransformer.utils.io import load_csr, load_json, save_npy, text_digests
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +103,6 @@ class RunRows:
 
 def tfidf_rows(rows: RunRows | None, tfidf: Any, texts: Sequence[str]) -> sp.csr_matrix:
     """The texts' TF-IDF rows: the run's where it read the text, ``tfidf``'s vectoriser's for the rest."""
-    from xtransformer.data.tfidf import TRAIN_ROWS
-    from xtransformer.utils.io import load_csr
 
     def vectorise(at: np.ndarray) -> sp.csr_matrix:
         return tfidf.from_texts([texts[i] for i in at])
