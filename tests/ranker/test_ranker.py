@@ -545,12 +545,14 @@ def test_solver_hands_back_the_kept_weights_only(loss):
         assert np.all(np.diff(at) == 1) and np.all(np.diff(kept.col[at]) > 0)
 
 
-@pytest.mark.parametrize("eps", [0.1, 0.01])
-def test_lockstep_slots_do_not_depend_on_their_neighbours(eps):
+@pytest.mark.parametrize("eps,L,K", [(0.1, 13, 4), (0.01, 13, 4), (0.1, 200, 3)])
+def test_lockstep_slots_do_not_depend_on_their_neighbours(eps, L, K):
     """The slots of a block run in lockstep and step out as they finish (padding at once, the
     others at different passes): each slot's weights are the same, bit for bit, whatever the
-    order of the slots beside it."""
-    X, Y, C = random_problem(n=300, L=13, K=4, seed=5)  # clusters of unequal size: padded slots
+    order of the slots beside it. Over 64 slots a task, the row loops
+    take them in blocks of 64, then 48, 32, 16, 8, 4, 2, 1 lanes as they finish (200 labels in
+    3 clusters: 67 slots)."""
+    X, Y, C = random_problem(n=300, L=L, K=K, seed=5)  # clusters of unequal size: padded slots
     groups = make_groups(C, tfn_mask(Y, C))
     bd = build_block(X, Y, groups, np.arange(groups.n_groups), bias=1.0)
     n = bd.Y.shape[1]
