@@ -27,65 +27,64 @@ cdef extern from *:
     static inline long long xmc_lanes(long long n) {  // w's row width for n slots: under 2x n
         return n <= 2 ? n : n <= 4 ? 4 : n <= 8 ? 8 : (n + 15) / 16 * 16;
     }
-    template <int W, typename I>
-    static inline void xmc_row_dot_w(const I *ti, const float *tv, long long e0, long long e1, const float *w,
-                                     long long ld, float *g) {
-        float acc[W] = {0};
-        for (long long e = e0; e < e1; ++e) {
-            if (e + 8 < e1) {  // w's rows are random reads: ask for them early
-                const float *p = w + (long long)ti[e + 8] * ld;
-                for (int c = 0; c < W; c += 16) __builtin_prefetch(p + c);  // a cache line each
+    struct XmcRowDot {  // v[0 .. W) = the row (ti, tv)[e0, e1) times w's first W columns
+        template <int W, typename I>
+        static inline void run(const I *ti, const float *tv, long long e0, long long e1, float *w, long long ld,
+                               float *v) {
+            float acc[W] = {0};
+            for (long long e = e0; e < e1; ++e) {
+                if (e + 8 < e1) {  // w's rows are random reads: ask for them early
+                    const float *p = w + (long long)ti[e + 8] * ld;
+                    for (int c = 0; c < W; c += 16) __builtin_prefetch(p + c);  // a cache line each
+                }
+                const float *r = w + (long long)ti[e] * ld;
+                const float x = tv[e];
+                for (int j = 0; j < W; ++j) acc[j] += r[j] * x;
             }
-            const float *r = w + (long long)ti[e] * ld;
-            const float x = tv[e];
-            for (int j = 0; j < W; ++j) acc[j] += r[j] * x;
+            for (int j = 0; j < W; ++j) v[j] = acc[j];
         }
-        for (int j = 0; j < W; ++j) g[j] = acc[j];
-    }
-    template <int W, typename I>
-    static inline void xmc_row_axpy_w(const I *ti, const float *tv, long long e0, long long e1, float *w,
-                                      long long ld, const float *d) {
-        float dl[W];
-        for (int j = 0; j < W; ++j) dl[j] = d[j];
-        for (long long e = e0; e < e1; ++e) {
-            float *r = w + (long long)ti[e] * ld;
-            const float x = tv[e];
-            for (int j = 0; j < W; ++j) r[j] += dl[j] * x;
+    };
+    struct XmcRowAxpy {  // w's first W columns += v[0 .. W) times the row
+        template <int W, typename I>
+        static inline void run(const I *ti, const float *tv, long long e0, long long e1, float *w, long long ld,
+                               float *v) {
+            float dl[W];
+            for (int j = 0; j < W; ++j) dl[j] = v[j];
+            for (long long e = e0; e < e1; ++e) {
+                float *r = w + (long long)ti[e] * ld;
+                const float x = tv[e];
+                for (int j = 0; j < W; ++j) r[j] += dl[j] * x;
+            }
+        }
+    };
+    // Op over w's columns 0 .. n, 64 at a time, each block at its lane count (w has ld >= xmc_lanes(n))
+    template <class Op, typename I>
+    static void xmc_by_lanes(const I *ti, const float *tv, long long e0, long long e1, float *w, long long ld,
+                             long long n, float *v) {
+        for (long long c = 0; c < n; c += 64, w += 64, v += 64) {
+            switch (xmc_lanes(n - c < 64 ? n - c : 64)) {
+                case 1: Op::template run<1>(ti, tv, e0, e1, w, ld, v); break;
+                case 2: Op::template run<2>(ti, tv, e0, e1, w, ld, v); break;
+                case 4: Op::template run<4>(ti, tv, e0, e1, w, ld, v); break;
+                case 8: Op::template run<8>(ti, tv, e0, e1, w, ld, v); break;
+                case 16: Op::template run<16>(ti, tv, e0, e1, w, ld, v); break;
+                case 32: Op::template run<32>(ti, tv, e0, e1, w, ld, v); break;
+                case 48: Op::template run<48>(ti, tv, e0, e1, w, ld, v); break;
+                default: Op::template run<64>(ti, tv, e0, e1, w, ld, v);
+            }
         }
     }
-    // g[0 .. n) = the row (ti, tv)[e0, e1) times w's columns 0 .. n (their lanes; w has ld >= xmc_lanes(n))
+    // g[0 .. n) = the row times w's columns 0 .. n; w's columns 0 .. n += d times the row (d is 0
+    // in the lanes past n)
     template <typename I>
     static void xmc_row_dot(const I *ti, const float *tv, long long e0, long long e1, const float *w, long long ld,
                             long long n, float *g) {
-        for (long long c = 0; c < n; c += 64, w += 64, g += 64) {
-            switch (xmc_lanes(n - c < 64 ? n - c : 64)) {
-                case 1: xmc_row_dot_w<1>(ti, tv, e0, e1, w, ld, g); break;
-                case 2: xmc_row_dot_w<2>(ti, tv, e0, e1, w, ld, g); break;
-                case 4: xmc_row_dot_w<4>(ti, tv, e0, e1, w, ld, g); break;
-                case 8: xmc_row_dot_w<8>(ti, tv, e0, e1, w, ld, g); break;
-                case 16: xmc_row_dot_w<16>(ti, tv, e0, e1, w, ld, g); break;
-                case 32: xmc_row_dot_w<32>(ti, tv, e0, e1, w, ld, g); break;
-                case 48: xmc_row_dot_w<48>(ti, tv, e0, e1, w, ld, g); break;
-                default: xmc_row_dot_w<64>(ti, tv, e0, e1, w, ld, g);
-            }
-        }
+        xmc_by_lanes<XmcRowDot>(ti, tv, e0, e1, const_cast<float *>(w), ld, n, g);  // reads w only
     }
-    // w's columns 0 .. n (their lanes) += d times the row; d is 0 in the lanes past n
     template <typename I>
     static void xmc_row_axpy(const I *ti, const float *tv, long long e0, long long e1, float *w, long long ld,
                              long long n, const float *d) {
-        for (long long c = 0; c < n; c += 64, w += 64, d += 64) {
-            switch (xmc_lanes(n - c < 64 ? n - c : 64)) {
-                case 1: xmc_row_axpy_w<1>(ti, tv, e0, e1, w, ld, d); break;
-                case 2: xmc_row_axpy_w<2>(ti, tv, e0, e1, w, ld, d); break;
-                case 4: xmc_row_axpy_w<4>(ti, tv, e0, e1, w, ld, d); break;
-                case 8: xmc_row_axpy_w<8>(ti, tv, e0, e1, w, ld, d); break;
-                case 16: xmc_row_axpy_w<16>(ti, tv, e0, e1, w, ld, d); break;
-                case 32: xmc_row_axpy_w<32>(ti, tv, e0, e1, w, ld, d); break;
-                case 48: xmc_row_axpy_w<48>(ti, tv, e0, e1, w, ld, d); break;
-                default: xmc_row_axpy_w<64>(ti, tv, e0, e1, w, ld, d);
-            }
-        }
+        xmc_by_lanes<XmcRowAxpy>(ti, tv, e0, e1, w, ld, n, const_cast<float *>(d));  // reads d only
     }
     """
     long long xmc_lanes(long long n) nogil
