@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> None:
     from xtransformer.data.tfidf import TfidfFeatures
     from xtransformer.ranker.extend import train_one_vs_all
 
-    s = compose_settings([], args.experiment).methods["xrlinear"]
-    ds = load_dataset(compose_settings([], args.experiment).data)
+    settings = compose_settings([], args.experiment)
+    s, ds = settings.methods["xrlinear"], load_dataset(settings.data)
     train = ds.splits["train"]
     X = TfidfFeatures.fit(train.texts, s.tfidf)[1]
     drawn = draw(train.Y, args.drop, args.min_docs, args.seed)
