@@ -125,16 +125,20 @@ def test_added_labels_reach_every_document_with_added_reach_all(tmp_path):
 
 def test_labels_added_against_every_document_train_once_and_score_alone():
     X, Y, C = block_task()
-    cfg = HierarchicalLinearConfig(threads=1, negatives="tfn", threshold=0.0, matcher_weight=0.5)
+    cfg = HierarchicalLinearConfig(threads=1, negatives="tfn", threshold=0.0, matcher_weight=0.5, added_max_iter=2)
     assert cfg.added_negatives == "all" and cfg.added_reach == "alone"  # the defaults
     old = HierarchicalLinear.train(X, Y[:, :8], toy_tree(C), cfg)
     grown, _ = old.add_labels(X, Y, placing=Placing("centroid", 2))
     W = grown.levels[-1].W.tocsc()
     first, second = np.flatnonzero(grown.copies.label_of == 8)
-    # one problem against every document, its weights in both leaves: a one-vs-all solve's, exactly
+    # one problem against every document, its weights in both leaves: a one-vs-all solve's of
+    # added_max_iter passes, exactly (not the converged solve's)
     one, every = sp.csr_matrix(np.ones((1, 1), np.float32)), sp.csr_matrix(np.ones((X.shape[0], 1), np.float32))
-    ova, _ = train_level(X, LevelSpec(sp.csr_matrix(Y[:, 8:]), one, every), solver_params(cfg), 1.0, 0.0, 10**6, 1)
+    spec = LevelSpec(sp.csr_matrix(Y[:, 8:]), one, every)
+    ova, info = train_level(X, spec, solver_params(cfg, 2), 1.0, 0.0, 10**6, 1)
+    converged, _ = train_level(X, spec, solver_params(cfg), 1.0, 0.0, 10**6, 1)
     assert (W[:, first] != W[:, second]).nnz == 0 and (W[:, first] != ova.W.tocsc()[:, 0]).nnz == 0
+    assert info["cd_passes"] == 2 and (W[:, first] != converged.W.tocsc()[:, 0]).nnz > 0
     leafwise, _ = old.add_labels(X, Y, placing=Placing("centroid", 2, negatives="leaf"))  # each leaf's documents
     V = leafwise.levels[-1].W.tocsc()
     assert (V[:, first] != W[:, first]).nnz > 0 and (V[:, first] != V[:, second]).nnz > 0
@@ -408,3 +412,18 @@ def test_xtransformer_ranks_the_new_label_over_its_matchers_clusters(tmp_path):
     assert (shared != 0).sum() > 0 and np.array_equal(a.data[shared != 0], shared[shared != 0])
     grown.save(tmp_path / "xt")
     assert XMCModel.load(tmp_path / "xt").label_ids == IDS
+
+
+def test_columns_appended_side_by_side_are_scipys_stack():
+    from xtransformer.ranker.extend import side_by_side
+
+    A = sp.random(50, 30, density=0.1, format="csr", dtype=np.float32, random_state=1)
+    B = sp.random(50, 7, density=0.2, format="csr", dtype=np.float32, random_state=2)
+    A[3] = 0  # empty rows on either side
+    B[4] = 0
+    A.eliminate_zeros()
+    B.eliminate_zeros()
+    W, ref = side_by_side(A, B), sp.hstack([A, B], format="csr")
+    assert W.shape == ref.shape and W.has_sorted_indices
+    for a, b in ((W.indptr, ref.indptr), (W.indices, ref.indices), (W.data, ref.data)):
+        assert np.array_equal(a, b)

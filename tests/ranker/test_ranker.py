@@ -32,6 +32,7 @@ from xtransformer.ranker import (
     train_ranker,
 )
 from xtransformer.ranker.blocks import build_block, make_groups, plan_batches
+from xtransformer.ranker.fit import LevelSpec, train_level
 from xtransformer.ranker.solver import Block, SolvedWeights, SolverParams, solve_block
 
 TIGHT = {"eps": 1e-7, "max_iter": 100, "max_cg_iter": 500}
@@ -484,7 +485,8 @@ def test_yaml_configs_mirror_the_dataclasses():
     # the pipeline's XR-Linear model settings: every field of its dataclass, and nothing else
     xr_model = yaml.safe_load((CONFIGS / "xrlinear" / "default.yaml").read_text())["model"]
     assert set(xr_model) == {f.name for f in dataclasses.fields(HierarchicalLinearConfig)} - {"name"}
-    assert set(xr_model) - set(fields) == {"added_reach", "added_negatives"}  # the tree model's own settings
+    own = {"added_reach", "added_negatives", "added_max_iter"}  # the tree model's own settings
+    assert set(xr_model) - set(fields) == own
     assert HierarchicalLinearConfig.from_mapping(xr_model, "xrlinear.model").features == "tfidf"
 
 
@@ -562,7 +564,7 @@ def test_lockstep_slots_do_not_depend_on_their_neighbours(eps, L, K):
         passes = np.zeros((len(bd.row_len), n), np.int64)
         kept = kernels.dual_cd_squared_hinge(
             X.indptr, X.indices, X.data, X.shape[1], bd.rows, bd.row_len, bd.col_feature, bd.col_len,
-            np.float32(1.0), Yp, 1.0, 1.0, eps, 100, 0, 0.0, passes,
+            np.float32(1.0), Yp, 1.0, 1.0, np.zeros(0), eps, 100, 0, 0.0, passes,
         )  # fmt: skip
         return dense_weights(SolvedWeights(*kept), len(bd.col_feature), n), passes
 
@@ -669,3 +671,28 @@ def test_threads_default_to_every_cpu_this_process_may_use(monkeypatch):
     assert RankerConfig().threads == 0 and RankerConfig().n_threads == 3
     assert RankerConfig(threads=1).n_threads == 1
     assert HierarchicalLinearConfig().n_threads == 3
+
+
+@pytest.mark.parametrize("loss", ["squared_hinge", "logistic"])
+def test_a_row_weighed_twice_trains_as_the_row_given_twice(loss):
+    """A weighted mask multiplies a row's cost in its cluster: the same optimum as repeating the
+    row (each copy at the plain cost), for both solvers; a mask of ones trains as the plain one."""
+    X, Y, C = random_problem(n=200, L=8, K=4, seed=7)
+    mask = tfn_mask(Y, C)
+    twice = np.random.default_rng(0).random(X.shape[0]) < 0.3
+    weighted = sp.csr_matrix(mask.multiply(np.where(twice, 2.0, 1.0)[:, None]))
+    params = SolverParams(loss=loss, eps=1e-6 if loss == "squared_hinge" else 1e-8, max_iter=5000)
+
+    def weights(X, Y, M):
+        return train_level(X, LevelSpec(Y, C, M), params, 1.0, 0.0, 10**6, 1)[0].W.toarray()
+
+    again = np.flatnonzero(twice)
+    repeated = weights(sp.vstack([X, X[again]], format="csr"), sp.vstack([Y, Y[again]], format="csr"),
+                       sp.vstack([mask, mask[again]], format="csr"))  # fmt: skip
+    plain = weights(X, Y, mask)
+    np.testing.assert_allclose(weights(X, Y, weighted), repeated, atol=2e-3)
+    assert np.abs(plain - repeated).max() > 0.05  # the weights matter
+    ones = sp.csr_matrix(mask, dtype=np.float64)
+    assert np.array_equal(weights(X, Y, ones), plain)
+    with pytest.raises(RankerError, match="weighted mask"):
+        make_groups(sp.csr_matrix(np.ones((8, 2), np.float32)), weighted[:, :2])

@@ -32,7 +32,7 @@ from xtransformer.indexing.errors import IndexingError
 from xtransformer.indexing.representations import _weighted_Y, pifa
 from xtransformer.ranker.config import ADDED_NEGATIVES
 from xtransformer.ranker.negatives import binarize
-from xtransformer.utils.rows import dense_f32, unit_rows
+from xtransformer.utils.rows import dense_f32
 
 PLACEMENTS = ("centroid", "routes")
 DEFAULT_LEAVES = 2
@@ -100,22 +100,25 @@ def place_labels(
     routes: sp.csr_matrix | None = None,
     normalize_y_rows: bool = True,
     by: str = "centroid",
+    threads: int = 1,
 ) -> Placement:
     """Leaves of the labels in ``Y``'s columns after the ``C_old.shape[0]`` old ones.
 
     ``Y`` (``N x L_all``): the documents' labels, old first; ``X_index`` (``N x D``): the documents
     in the tree's representation; ``C_old`` (``L_old x K``): the tree's leaf level; ``n_leaves``:
     leaves per new label; ``routes`` (``N x K``): the leaves the model reaches for each document
-    (``by="routes"``: what decides; ``by="centroid"``: the fallback)."""
+    (``by="routes"``: what decides; ``by="centroid"``: the fallback); ``threads``: for the label sums."""
     n_old, K = C_old.shape
     n_new = Y.shape[1] - n_old
     if n_new < 1:
         raise IndexingError("placing labels: no new label columns in Y")
     if not 1 <= n_leaves <= K:
         raise IndexingError(f"placing labels: n_leaves must lie in [1, {K}], got {n_leaves}")
-    reps = pifa(_weighted_Y(sp.csr_matrix(Y, dtype=np.float32), normalize_y_rows), X_index)
-    centroids = unit_rows(binarize(C_old).T.tocsr() @ reps[:n_old])
-    sims = dense_f32(reps[n_old:] @ centroids.T)
+    Yw = _weighted_Y(sp.csr_matrix(Y, dtype=np.float32), normalize_y_rows)
+    old, new = pifa(Yw[:, :n_old], X_index, threads), pifa(Yw[:, n_old:], X_index, threads)  # no slice of either
+    centroids = pifa(binarize(C_old), old, threads)  # each leaf's: the unit sum of its labels' rows
+    # the centroids dense and feature-major (D x K): the new labels' rows against all in one product
+    sims = dense_f32(new @ np.ascontiguousarray(dense_f32(centroids).T))
     if by == "routes":
         if routes is None:
             raise IndexingError("placing labels by routes needs the leaves the model reaches for each document")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.kernels import block_columns
 from xtransformer.ranker.negatives import binarize
 
@@ -37,6 +38,7 @@ class TaskGroups:
     labels: np.ndarray  # labels of group g: labels[label_ptr[g]:label_ptr[g + 1]] (slot order)
     row_ptr: np.ndarray  # G + 1
     rows: np.ndarray  # training rows of group g, sorted
+    row_cost: np.ndarray | None = None  # each row's cost multiplier (float64, as ``rows``); None: all 1
 
     @property
     def n_groups(self) -> int:
@@ -55,11 +57,16 @@ def make_groups(C: sp.csr_matrix, M: sp.csr_matrix) -> TaskGroups:
     """Groups of labels (rows of ``C``, ``L x K``) that share a training set under mask ``M`` (``N x K``).
 
     In a hard tree a group is a cluster. A label in several clusters trains on the union of their
-    rows; labels with the same set of clusters form one group.
+    rows; labels with the same set of clusters form one group. A mask whose values are not all 1
+    weighs its rows: each value multiplies that row's cost in that cluster (a partition only: a
+    union of clusters has no one weight).
     """
     C = binarize(C)
+    weighted = bool(M.nnz) and not np.all(M.data == 1)
     if np.all(np.diff(C.indptr) == 1):
-        A, Mg = C, binarize(M)
+        A, Mg = C, (sp.csr_matrix(M, dtype=np.float64) if weighted else binarize(M))
+    elif weighted:
+        raise RankerError("ranker: a weighted mask needs each label in one cluster")
     else:
         # one group per distinct set of clusters: hash each row pattern with random weights
         weights = np.random.default_rng(0).random(C.shape[1]) + 0.5
@@ -74,7 +81,11 @@ def make_groups(C: sp.csr_matrix, M: sp.csr_matrix) -> TaskGroups:
     Mg = Mg.tocsc()
     Mg.sort_indices()
     return TaskGroups(
-        A.indptr.astype(np.int64), A.indices.astype(np.int64), Mg.indptr.astype(np.int64), Mg.indices.astype(np.int64)
+        A.indptr.astype(np.int64),
+        A.indices.astype(np.int64),
+        Mg.indptr.astype(np.int64),
+        Mg.indices.astype(np.int64),
+        Mg.data.astype(np.float64) if weighted else None,
     )
 
 
@@ -128,6 +139,7 @@ class BlockData:
     col_feature: np.ndarray  # Fb, global feature id (the bias column is id F)
     slot_label: np.ndarray  # T x n, global label id or -1 for padding
     Y: np.ndarray  # R x n int8: +1 / -1, 0 in a padding slot (one byte a cell: costs come from Cp / Cn)
+    row_cost: np.ndarray | None = None  # R float64: each row's cost multiplier; None: all 1
 
     @property
     def col_task(self) -> np.ndarray:
@@ -139,7 +151,8 @@ def build_block(X: sp.csr_matrix, Y: sp.csr_matrix, groups: TaskGroups, batch: n
 
     T = len(batch)
     row_len = groups.n_rows[batch]
-    rows = groups.rows[ranges(groups.row_ptr[batch], row_len)]
+    at = ranges(groups.row_ptr[batch], row_len)
+    rows = groups.rows[at]
     row_task = np.repeat(np.arange(T), row_len)
     col_len, col_feature = block_columns(X.indptr, X.indices, rows, row_len.astype(np.int64), X.shape[1], bias > 0)
     n_lab = groups.n_labels[batch]
@@ -148,7 +161,8 @@ def build_block(X: sp.csr_matrix, Y: sp.csr_matrix, groups: TaskGroups, batch: n
     slot_label[np.repeat(np.arange(T), n_lab), ranges(np.zeros(T), n_lab)] = groups.labels[
         ranges(groups.label_ptr[batch], n_lab)
     ]
-    return BlockData(rows, row_len, col_len, col_feature, slot_label, _targets(Y[rows], row_task, slot_label))
+    cost = None if groups.row_cost is None else groups.row_cost[at]
+    return BlockData(rows, row_len, col_len, col_feature, slot_label, _targets(Y[rows], row_task, slot_label), cost)
 
 
 def _targets(Yr: sp.csr_matrix, row_task: np.ndarray, slot_label: np.ndarray) -> np.ndarray:

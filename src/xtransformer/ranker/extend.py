@@ -22,6 +22,7 @@ from xtransformer.ranker.errors import RankerError
 from xtransformer.ranker.fit import LevelSpec, solver_params, train_level
 from xtransformer.ranker.level import LinearLevel
 from xtransformer.ranker.negatives import binarize, negative_mask
+from xtransformer.ranker.solver import SolverParams
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Extended:
     level: LinearLevel
     copies: LabelCopies | None
     info: dict
+    added: LinearLevel | None = None  # the appended columns alone (one per copy) and their clusters
 
 
 def extend_level(
@@ -57,7 +59,7 @@ def extend_level(
     if one_vs_all is not None:
         trained, info = one_vs_all
         trained = LinearLevel(trained.W.tocsc()[:, _copy_labels(leaves)], C_new, trained.bias)
-        return Extended(append_columns(level, trained), new_copies, info)
+        return Extended(append_columns(level, trained), new_copies, info, trained)
     Y_new = sp.csr_matrix(Y[:, n_old:])
     old_C = copies.collapse(level.C) if copies is not None else level.C
     C_all = sp.vstack([old_C, binarize(leaves)], format="csr")
@@ -65,9 +67,9 @@ def extend_level(
     if new_copies is not None:
         Y_new = sp.csr_matrix(sp.csc_matrix(Y_new)[:, _copy_labels(leaves)])
     trained, info = train_level(
-        X, LevelSpec(Y_new, C_new, mask), solver_params(cfg), cfg.bias, cfg.threshold, cfg.batch_nnz, cfg.n_threads
+        X, LevelSpec(Y_new, C_new, mask), added_params(cfg), cfg.bias, cfg.threshold, cfg.batch_nnz, cfg.n_threads
     )
-    return Extended(append_columns(level, trained), new_copies, info)
+    return Extended(append_columns(level, trained), new_copies, info, trained)
 
 
 def train_one_vs_all(X: sp.csr_matrix, Y: sp.csr_matrix, cfg: RankerConfig) -> tuple[LinearLevel, dict]:
@@ -75,17 +77,42 @@ def train_one_vs_all(X: sp.csr_matrix, Y: sp.csr_matrix, cfg: RankerConfig) -> t
     one = sp.csr_matrix(np.ones((Y.shape[1], 1), np.float32))
     every = sp.csr_matrix(np.ones((X.shape[0], 1), np.float32))
     spec = LevelSpec(Y, one, every)
-    return train_level(X, spec, solver_params(cfg), cfg.bias, cfg.threshold, cfg.batch_nnz, cfg.n_threads)
+    return train_level(X, spec, added_params(cfg), cfg.bias, cfg.threshold, cfg.batch_nnz, cfg.n_threads)
+
+
+def added_params(cfg: RankerConfig) -> SolverParams:
+    """The solver's settings for added labels (a tree model's: at most ``added_max_iter`` passes)."""
+    return solver_params(cfg, cfg.added_passes())
 
 
 def append_columns(level: LinearLevel, new: LinearLevel) -> LinearLevel:
     """A level whose first columns are ``level``'s weights, unchanged, and the last ``new``'s."""
     if new.n_features != level.n_features or new.bias != level.bias or new.n_clusters != level.n_clusters:
         raise RankerError("adding labels: the new weights do not fit the level (features, bias or clusters)")
-    W = sp.hstack([level.W.tocsc(), new.W.tocsc()], format="csc")
-    W.has_sorted_indices = False
-    W.sort_indices()
+    old, added = level.W, new.W
+    if sp.isspmatrix_csr(old):  # as a fitted or loaded level holds it: stacked feature by feature
+        W = side_by_side(old, sp.csr_matrix(added))
+    else:
+        W = sp.hstack([old.tocsc(), added.tocsc()], format="csc")
+    W.sort_indices()  # a no-op where both parts come sorted, as they do from training and loading
     return LinearLevel(W, sp.vstack([level.C, new.C], format="csr"), level.bias)
+
+
+def side_by_side(A: sp.csr_matrix, B: sp.csr_matrix) -> sp.csr_matrix:
+    """``[A B]`` (csr, the same rows): each row's entries of ``A``, then ``B``'s, written in place
+    (scipy's stack, 3-5x slower on a leaf level of 36M weights, makes the same matrix)."""
+    la, lb = np.diff(A.indptr), np.diff(B.indptr)
+    indptr = np.zeros(A.shape[0] + 1, np.int64)
+    np.cumsum(la + lb, out=indptr[1:])
+    n, cols = int(indptr[-1]), A.shape[1] + B.shape[1]
+    indices = np.empty(n, np.int32 if cols < 2**31 else np.int64)
+    data = np.empty(n, np.result_type(A.dtype, B.dtype))
+    at_b = np.repeat(indptr[:-1] + la - B.indptr[:-1], lb) + np.arange(B.nnz)  # B's places, row by row
+    at_a = np.ones(n, bool)
+    at_a[at_b] = False
+    indices[at_a], data[at_a] = A.indices, A.data
+    indices[at_b], data[at_b] = B.indices + A.shape[1], B.data
+    return sp.csr_matrix((data, indices, indptr), shape=(A.shape[0], cols))
 
 
 def append_copies(

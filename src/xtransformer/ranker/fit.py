@@ -25,15 +25,16 @@ log = logging.getLogger(__name__)
 MAX_SLOTS = 64
 
 
-def solver_params(cfg: RankerConfig) -> SolverParams:
-    return SolverParams(
-        loss=cfg.loss, Cp=cfg.Cp, Cn=cfg.Cn, eps=cfg.eps, max_iter=cfg.max_iter, max_cg_iter=cfg.max_cg_iter
-    )
+def solver_params(cfg: RankerConfig, max_iter: int | None = None) -> SolverParams:
+    """The solver's settings in ``cfg``; ``max_iter``: a tighter cap on its passes (labels added later)."""
+    passes = cfg.max_iter if max_iter is None else min(cfg.max_iter, max_iter)
+    return SolverParams(loss=cfg.loss, Cp=cfg.Cp, Cn=cfg.Cn, eps=cfg.eps, max_iter=passes, max_cg_iter=cfg.max_cg_iter)
 
 
 @dataclass
 class LevelSpec:
-    """One level to train: targets ``Y`` (``N x L``), clusters ``C`` (``L x K``), negative mask (``N x K``)."""
+    """One level to train: targets ``Y`` (``N x L``), clusters ``C`` (``L x K``), negative mask (``N x K``;
+    a value other than 1 multiplies that row's cost in that cluster: instance weights)."""
 
     Y: sp.csr_matrix
     C: sp.csr_matrix

@@ -207,12 +207,13 @@ class HierarchicalLinear:
         found.item = found.item + self.added_from
         return found
 
-    def added_level(self) -> tuple[LinearLevel, np.ndarray]:
+    def added_level(self, columns: LinearLevel | None = None) -> tuple[LinearLevel, np.ndarray]:
         """The leaf level's added columns as one cluster (their weights alone) and the leaf of each,
-        built once and shared by the per-call copies of this model."""
+        built once and shared by the per-call copies of this model; ``columns``: those columns as
+        just appended (not sliced out of the whole level again)."""
         if "level" not in self._added:
             leaf, first = self.levels[-1], self.added_from
-            W = leaf.columns(first)
+            W = leaf.columns(first) if columns is None else sp.csr_matrix(columns.W)
             one = sp.csr_matrix(np.ones((W.shape[1], 1), np.float32))
             self._added["level"] = (LinearLevel(W, one, leaf.bias).prepare(), leaf.C[first:].indices.copy())
         return self._added["level"]
@@ -263,13 +264,13 @@ class HierarchicalLinear:
         from xtransformer.indexing.placement import Placing, place_labels  # here: indexing imports the ranker
 
         placing = (placing or Placing()).resolved("centroid")
-        X = as_features(X)
-        routes = self.predict_clusters(X)
-        C = self.chain[-1]
-        placed = place_labels(
-            sp.csr_matrix(Y), X if X_index is None else X_index, C, placing.n_leaves(C), routes, by=placing.by
-        )
+        X, Y = as_features(X), sp.csr_matrix(Y)
         every = self.trains_added_on_every_document(placing)
+        # placing reads only the routes of documents with a new label; `leaf` negatives read every document's
+        routes = self._routes_of(X, None if not every else np.flatnonzero(np.diff(Y[:, self.n_labels :].indptr)))
+        C = self.chain[-1]
+        X_index = X if X_index is None else X_index
+        placed = place_labels(Y, X_index, C, placing.n_leaves(C), routes, by=placing.by, threads=self.config.n_threads)
         if one_vs_all is None and every:
             one_vs_all = train_one_vs_all(X, sp.csr_matrix(Y[:, self.n_labels :]), self.config)
         ext = extend_level(
@@ -277,9 +278,19 @@ class HierarchicalLinear:
         )
         first = self.added_from if self.added_from is not None else self.levels[-1].n_labels
         model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies, first)
-        model.added_level()  # as a loaded model has it: ready before the first prediction
+        model.added_level(ext.added if self.added_from is None else None)  # ready before the first prediction
         report = {"placement": placed.summary(), "leaves": placed.leaves, "training": ext.info}
         return model, report | {"negatives": "all" if every else "leaf"}
+
+    def _routes_of(self, X: sp.csr_matrix, docs: np.ndarray | None) -> sp.csr_matrix:
+        """The leaf clusters the beam reaches (``predict_clusters``) from documents ``docs`` (None:
+        all), as rows of ``N x K`` (the other rows empty)."""
+        if docs is None:
+            return self.predict_clusters(X)
+        found = self.predict_clusters(X[docs])
+        indptr = np.zeros(X.shape[0] + 1, np.int64)
+        indptr[docs + 1] = np.diff(found.indptr)
+        return sp.csr_matrix((found.data, found.indices, np.cumsum(indptr)), shape=(X.shape[0], found.shape[1]))
 
     def trains_added_on_every_document(self, placing: Placing) -> bool:
         """Whether new labels train one-vs-all (``placing.negatives``, else ``added_negatives``)."""

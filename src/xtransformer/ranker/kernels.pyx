@@ -233,8 +233,8 @@ cdef int64_t _gather_rows(const ptr_t[::1] indptr, const ind_t[::1] indices, con
 def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, const float[::1] data,
                           int64_t n_features, const int64_t[::1] rows, const int64_t[::1] row_len,
                           const int64_t[::1] col_feature, const int64_t[::1] col_len, float bias,
-                          const int8_t[:, ::1] Y, double Cp, double Cn, double eps, int64_t max_iter, int64_t seed,
-                          double threshold, int64_t[:, ::1] passes):
+                          const int8_t[:, ::1] Y, double Cp, double Cn, const double[::1] row_cost, double eps,
+                          int64_t max_iter, int64_t seed, double threshold, int64_t[:, ::1] passes):
     """LIBLINEAR's dual coordinate descent for the L2-regularised squared hinge (PECOS's solver).
 
     Task ``t`` trains on rows ``rows[sum(row_len[:t]) ..]`` of the source matrix (``indptr``,
@@ -245,7 +245,8 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
     half of all features (the root, the top levels) reads its rows in place instead, on global
     feature ids: no copy of (most of) the training matrix per worker.
     Each of the ``n`` label slots is one problem (``Y`` +1/-1 per block row, int8, costing ``Cp`` /
-    ``Cn``; a slot of zeros is padding). Dual variables ``alpha_i >= 0``, ``D_ii = 1 / (2 C_i)``; a pass
+    ``Cn`` times the row's ``row_cost``, or times 1 where ``row_cost`` is empty; a slot of zeros is
+    padding). Dual variables ``alpha_i >= 0``, ``D_ii = 1 / (2 C_i)``; a pass
     visits the active rows in a random order and takes the exact coordinate step; rows stuck at
     ``alpha = 0`` with a gradient above the last pass's largest are shrunk away. A problem stops
     when ``max PG - min PG <= eps`` over a full pass, or after ``max_iter`` passes.
@@ -267,7 +268,7 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
     cdef int64_t n_tasks = row_len.shape[0], S = Y.shape[1], max_rows = 0, max_cols = 0, max_nnz = 0
     cdef int64_t SP = xmc_lanes(S)  # w's row: the slots, padded for the row loops
     cdef int64_t t, i, j, e, c, r0 = 0, c0 = 0, nr, nc, n_w, bias_col, n_live, active, it, s, k, m
-    cdef bint has_bias = bias > 0, in_place, moved, live, restore
+    cdef bint has_bias = bias > 0, in_place, moved, live, restore, costed = row_cost.shape[0] > 0
     r0 = 0
     for t in range(n_tasks):
         max_rows = max(max_rows, row_len[t])
@@ -304,7 +305,7 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
     cdef Kept kept
     cdef uint64_t state
     cdef float y, v
-    cdef double diag, G, pg, old
+    cdef double diag, G, pg, old, scale
     kept.col = NULL
     kept.slot = NULL
     kept.val = NULL
@@ -379,12 +380,13 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
                             g[j] += w[bias_col, j] * bias
                     moved = False
                     live = False
+                    scale = row_cost[r0 + i] if costed else 1.0  # x 1.0 is exact: unweighted rows as before
                     for j in range(n_live):
                         dlt[j] = 0.0
                         if shrunk[i, j]:
                             continue
                         y = <float>Y[r0 + i, slot_of[j]]
-                        diag = 0.5 / (Cp if y > 0 else Cn)
+                        diag = 0.5 / ((Cp if y > 0 else Cn) * scale)
                         G = <double>(y * g[j]) - 1.0 + alpha[i, j] * diag
                         pg = 0.0
                         if alpha[i, j] == 0.0:

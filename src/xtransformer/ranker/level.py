@@ -61,8 +61,9 @@ class LinearLevel:
     def columns(self, first: int) -> sp.csr_matrix:
         """``W``'s columns from ``first`` on (csr ``(F + has_bias) x (L - first)``), without
         rebuilding the rest from the scoring layout."""
-        if self._W is not None:
-            return sp.csr_matrix(sp.csc_matrix(self._W)[:, first:])
+        if self._W is not None:  # csr sliced as it is: converting the whole level costs more than the slice
+            W = self._W if sp.isspmatrix_csr(self._W) else sp.csc_matrix(self._W)
+            return sp.csr_matrix(W[:, first:])
         return self._scorer.weights(first)
 
     def keep_layout_only(self) -> LinearLevel:

@@ -96,6 +96,7 @@ class Block:
     Cn: float  # cost of a negative row
     row_len: np.ndarray  # T, rows per task
     col_len: np.ndarray  # T, columns per task
+    row_cost: np.ndarray | None = None  # R, each row's cost multiplier (float64); None: all 1
     stats: SolveStats = field(default_factory=SolveStats)
     X: sp.csr_matrix | None = field(default=None, repr=False)  # the block matrix, R x Fb
     _X_sq: sp.csr_matrix | None = field(default=None, repr=False)
@@ -129,6 +130,7 @@ class Block:
             Cn=float(Cn),
             row_len=np.asarray(row_len, dtype=np.int64),
             col_len=np.asarray(col_len, dtype=np.int64),
+            row_cost=None if layout.row_cost is None else np.ascontiguousarray(layout.row_cost, np.float64),
         )
         if materialise:
             indptr, indices, data = gather_block(
@@ -185,6 +187,8 @@ class Block:
         if self._cost is None:
             self._cost = np.where(self.Y > 0, np.float32(self.Cp), np.float32(self.Cn)).astype(np.float32)
             self._cost *= self.Y != 0
+            if self.row_cost is not None:
+                self._cost *= self.row_cost.astype(np.float32)[:, None]
         return self._cost
 
     @property
@@ -350,6 +354,7 @@ def _solve_dual_cd(block: Block, params: SolverParams, threshold: float) -> Solv
         block.Y,
         float(block.Cp),
         float(block.Cn),
+        block.row_cost if block.row_cost is not None else np.zeros(0, np.float64),
         float(params.eps),
         int(params.max_iter),
         int(params.seed),
