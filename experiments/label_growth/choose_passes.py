@@ -30,8 +30,8 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]  # helpers
-from bench_label_growth import draw
-from choose_placement import BAR, GAP_KEYS, run_setup, scored, xrlinear_setup
+from choose_placement import BAR, GAP_KEYS, growth_options, held_out_growth, scored
+from choose_placement import table as placement_table
 from common import public_args, save_table, selection_parser, trees
 
 import xtransformer.ranker.hierarchical as hierarchical
@@ -39,26 +39,13 @@ import xtransformer.ranker.hierarchical as hierarchical
 
 def main(argv: list[str] | None = None) -> None:
     ap = selection_parser(__doc__)
-    ap.add_argument("--experiment", default="eurlex57k_xr_ensemble")
-    ap.add_argument("--run", type=Path, default=None, help="a calibrated XR-Transformer run (as choose_placement.py)")
-    ap.add_argument("--embeddings", type=Path, default=None, help="with --run: its kept embeddings")
-    ap.add_argument("--drop", type=float, default=0.1, help="share of the eligible labels held back")
-    ap.add_argument("--min-docs", type=int, default=5, help="fitted documents a label needs to be drawn")
+    growth_options(ap)
     ap.add_argument("--passes", default="1,2,3,5,100", help="added_max_iter settings to grow with")
     ap.add_argument("--sampled", default="0.1:0:64,0.05:0:64,0.1:1000:64,0.05:1000:8,0.02:500:1",
                     help="sampled negatives to grow with, RATE:HARD:SLOTS items ('' for none)")  # fmt: skip
     args = ap.parse_args(argv)
-    if args.run:
-        setup = run_setup(args.run, args.embeddings)
-    else:
-        setup = xrlinear_setup(args.experiment, args.holdout, args.seed)
-    Y_fit, X_fit, ids, names = setup["Y_fit"], setup["X_fit"], setup["ids"], setup["names"]
-    dropped = draw(Y_fit, args.drop, args.min_docs, args.seed)
-    keep = np.setdiff1d(np.arange(len(ids)), dropped)
-    print(f"{len(dropped)} of {len(ids)} labels held back; {Y_fit.shape[0]} fitted", flush=True)
-    reduced = setup["fit"](Y_fit[:, keep], [ids[j] for j in keep], [names[j] for j in keep])
-    full, t_full = setup["full"](reduced)
-    rows = [scored({"name": "full", "seconds": round(t_full, 1)}, full, setup["splits"], ids)]
+    setup, dropped, reduced, rows = held_out_growth(args)
+    X_fit, Y_fit, ids, names = setup["X_fit"], setup["Y_fit"], setup["ids"], setup["names"]
 
     def grow(name: str, **row) -> None:
         t0 = time.perf_counter()
@@ -117,19 +104,12 @@ def nearest(X: sp.csr_matrix, Y: sp.csr_matrix, k: int) -> sp.csr_matrix:
 
 
 def table(rows: list[dict], best: str) -> str:
-    head = "| grown with | held-out P@1 / P@3 / P@5 | nDCG@5 | gap P@1 / P@5 / nDCG@5 | dev P@1 / P@5 / nDCG@5 | s "
-    head += "| solver s |"
-    lines = [head, "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        h, d = r["holdout"], r["dev"]
-        gap = " / ".join(f"{r['gap'][k]:+.2f}" for k in GAP_KEYS) if "gap" in r else ""
-        name = f"**{r['name']}**" if r["name"] == best else r["name"]
-        solver = f"{r['solver_s']:.1f}" if "solver_s" in r else ""
-        lines.append(
-            f"| {name} | {h['P@1']:.2f} / {h['P@3']:.2f} / {h['P@5']:.2f} | {h['nDCG@5']:.2f} | {gap} | "
-            f"{d['P@1']:.2f} / {d['P@5']:.2f} / {d['nDCG@5']:.2f} | {r['seconds']:.1f} | {solver} |"
-        )
-    return "\n".join(lines) + f"\n\nchosen on the held-out documents: {best}"
+    """``choose_placement.py``'s table, the solver's seconds beside."""
+    return placement_table(rows, best, "grown with", ("solver s", solver_cell))
+
+
+def solver_cell(row: dict) -> str:
+    return f"{row['solver_s']:.1f}" if "solver_s" in row else ""
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,36 +44,13 @@ BAR = 0.3
 
 def main(argv: list[str] | None = None) -> None:
     ap = selection_parser(__doc__)
-    ap.add_argument("--experiment", default="eurlex57k_xr_ensemble")
-    ap.add_argument(
-        "--run",
-        type=Path,
-        default=None,
-        help="a calibrated XR-Transformer run: choose for its final model, on the training documents the run "
-        "held out of every model (its calibration.holdout; --holdout is then not used)",
-    )
-    ap.add_argument(
-        "--embeddings", type=Path, default=None, help="with --run: its kept embeddings (as bench_label_growth.py)"
-    )
-    ap.add_argument("--drop", type=float, default=0.1, help="share of the eligible labels held back")
-    ap.add_argument("--min-docs", type=int, default=5, help="fitted documents a label needs to be drawn")
+    growth_options(ap)
     ap.add_argument("--leaves", default="1,2,3", help="leaves per new label to try")
     ap.add_argument("--reach", default="beam,all,alone", help="added_reach settings to score each grown model with")
     ap.add_argument("--negatives", default="leaf,all", help="added_negatives settings to grow a model with")
     args = ap.parse_args(argv)
-    if args.run:
-        setup = run_setup(args.run, args.embeddings)
-    else:
-        setup = xrlinear_setup(args.experiment, args.holdout, args.seed)
-    Y_fit, X_fit, ids, names = setup["Y_fit"], setup["X_fit"], setup["ids"], setup["names"]
-    dropped = draw(Y_fit, args.drop, args.min_docs, args.seed)
-    keep = np.setdiff1d(np.arange(len(ids)), dropped)
-    held = setup["splits"]["holdout"][1].shape[0]
-    print(f"{len(dropped)} of {len(ids)} labels held back; {Y_fit.shape[0]} fitted, {held} held out", flush=True)
-    reduced = setup["fit"](Y_fit[:, keep], [ids[j] for j in keep], [names[j] for j in keep])
-    full, t_full = setup["full"](reduced)
-    splits = setup["splits"]
-    rows = [scored({"name": "full", "seconds": round(t_full, 1)}, full, splits, ids)]
+    setup, dropped, reduced, rows = held_out_growth(args)
+    Y_fit, X_fit, ids, names, splits = setup["Y_fit"], setup["X_fit"], setup["ids"], setup["names"], setup["splits"]
     for leaves in [int(x) for x in args.leaves.split(",")]:
         for rule, negatives in [(r, n) for r in ("routes", "centroid") for n in args.negatives.split(",")]:
             t0 = time.perf_counter()
@@ -86,8 +65,41 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows[1:]:
         r["gap"] = {k: round(r["holdout"][k] - rows[0]["holdout"][k], 2) for k in GAP_KEYS}
     best = choose(rows[1:])
-    record = {"args": public_args(args), "n_dropped": len(dropped), "full_fit_s": round(t_full, 1)}
+    record = {"args": public_args(args), "n_dropped": len(dropped), "full_fit_s": rows[0]["seconds"]}
     save_table(args.results, f"label-placement-{args.tag}", record | {"best": best, "rows": rows}, table(rows, best))
+
+
+def growth_options(ap) -> None:
+    """The options of the held-out growth selections: the model (``--experiment`` or ``--run``) and the draw."""
+    ap.add_argument("--experiment", default="eurlex57k_xr_ensemble")
+    ap.add_argument(
+        "--run",
+        type=Path,
+        default=None,
+        help="a calibrated XR-Transformer run: choose for its final model, on the training documents the run "
+        "held out of every model (its calibration.holdout; --holdout is then not used)",
+    )
+    ap.add_argument(
+        "--embeddings", type=Path, default=None, help="with --run: its kept embeddings (as bench_label_growth.py)"
+    )
+    ap.add_argument("--drop", type=float, default=0.1, help="share of the eligible labels held back")
+    ap.add_argument("--min-docs", type=int, default=5, help="fitted documents a label needs to be drawn")
+
+
+def held_out_growth(args) -> tuple[dict, np.ndarray, Any, list[dict]]:
+    """The selections' start: the setup (``--run``'s final model or XR-Linear's), the drawn labels,
+    the model fitted without them and the full model's row, scored."""
+    setup = (
+        run_setup(args.run, args.embeddings) if args.run else xrlinear_setup(args.experiment, args.holdout, args.seed)
+    )
+    Y_fit, ids, names = setup["Y_fit"], setup["ids"], setup["names"]
+    dropped = draw(Y_fit, args.drop, args.min_docs, args.seed)
+    keep = np.setdiff1d(np.arange(len(ids)), dropped)
+    held = setup["splits"]["holdout"][1].shape[0]
+    print(f"{len(dropped)} of {len(ids)} labels held back; {Y_fit.shape[0]} fitted, {held} held out", flush=True)
+    reduced = setup["fit"](Y_fit[:, keep], [ids[j] for j in keep], [names[j] for j in keep])
+    full, t_full = setup["full"](reduced)
+    return setup, dropped, reduced, [scored({"name": "full", "seconds": round(t_full, 1)}, full, setup["splits"], ids)]
 
 
 def xrlinear_setup(experiment: str, holdout: int, seed: int) -> dict:
@@ -157,9 +169,10 @@ def bar_total(row: dict) -> float:
     return sum(row["holdout"][k] for k in GAP_KEYS)
 
 
-def table(rows: list[dict], best: str) -> str:
-    head = "| model | held-out P@1 / P@3 / P@5 | nDCG@5 | gap P@1 / P@5 / nDCG@5 | dev P@1 / P@5 / nDCG@5 | s |"
-    lines = [head, "|---|---|---|---|---|---|"]
+def table(rows: list[dict], best: str, first: str = "model", extra: tuple[str, Callable] | None = None) -> str:
+    """The held-out selection's table; ``extra``: one more column (its head, its cell of a row)."""
+    head = f"| {first} | held-out P@1 / P@3 / P@5 | nDCG@5 | gap P@1 / P@5 / nDCG@5 | dev P@1 / P@5 / nDCG@5 | s |"
+    lines = [head + (f" {extra[0]} |" if extra else ""), "|---" * (7 if extra else 6) + "|"]
     for r in rows:
         h, d = r["holdout"], r["dev"]
         gap = " / ".join(f"{r['gap'][k]:+.2f}" for k in GAP_KEYS) if "gap" in r else ""
@@ -167,6 +180,7 @@ def table(rows: list[dict], best: str) -> str:
         lines.append(
             f"| {name} | {h['P@1']:.2f} / {h['P@3']:.2f} / {h['P@5']:.2f} | {h['nDCG@5']:.2f} | {gap} | "
             f"{d['P@1']:.2f} / {d['P@5']:.2f} / {d['nDCG@5']:.2f} | {r['seconds']:.1f} |"
+            + (f" {extra[1](r)} |" if extra else "")
         )
     return "\n".join(lines) + f"\n\nchosen on the held-out documents: {best}"
 

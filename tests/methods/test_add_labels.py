@@ -427,3 +427,15 @@ def test_columns_appended_side_by_side_are_scipys_stack():
     assert W.shape == ref.shape and W.has_sorted_indices
     for a, b in ((W.indptr, ref.indptr), (W.indices, ref.indices), (W.data, ref.data)):
         assert np.array_equal(a, b)
+
+
+def test_centroids_compared_a_block_at_a_time_as_all_at_once(monkeypatch):
+    from xtransformer.indexing import placement
+
+    rows = sp.random(5, 40, density=0.3, format="csr", dtype=np.float32, random_state=1)
+    centroids = sp.random(9, 40, density=0.3, format="csr", dtype=np.float32, random_state=2)
+    whole = placement._cosines(rows, centroids)
+    monkeypatch.setattr(placement, "_DENSE_BYTES", 4 * 40 * 2)  # two centroids a block, five blocks
+    assert np.array_equal(placement._cosines(rows, centroids), whole)
+    np.testing.assert_allclose(whole, (rows @ centroids.T).toarray(), rtol=1e-6)
+    np.testing.assert_allclose(placement._cosines(rows.toarray(), centroids.toarray()), whole, rtol=1e-6)  # BLAS's sums

@@ -36,6 +36,7 @@ from xtransformer.utils.rows import dense_f32
 
 PLACEMENTS = ("centroid", "routes")
 DEFAULT_LEAVES = 2
+_DENSE_BYTES = 64 << 20  # a block of centroids taken dense to compare the new labels with
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,7 @@ def place_labels(
         raise IndexingError(f"placing labels: n_leaves must lie in [1, {K}], got {n_leaves}")
     Yw = _weighted_Y(sp.csr_matrix(Y, dtype=np.float32), normalize_y_rows)
     old, new = pifa(Yw[:, :n_old], X_index, threads), pifa(Yw[:, n_old:], X_index, threads)  # no slice of either
-    centroids = pifa(binarize(C_old), old, threads)  # each leaf's: the unit sum of its labels' rows
-    # the centroids dense and feature-major (D x K): the new labels' rows against all in one product
-    sims = dense_f32(new @ np.ascontiguousarray(dense_f32(centroids).T))
+    sims = _cosines(new, pifa(binarize(C_old), old, threads))  # a leaf's centroid: its labels' rows' unit sum
     if by == "routes":
         if routes is None:
             raise IndexingError("placing labels by routes needs the leaves the model reaches for each document")
@@ -131,6 +130,18 @@ def place_labels(
         sims[blind] = dense_f32(sp.csr_matrix(Y[:, n_old:]).T.tocsr()[blind] @ routes)
     by_routes = blind if routes is not None else np.zeros(n_new, bool)
     return _choose(sims, n_leaves, by_routes, np.where(by_routes[:, None], 0.0, sims))
+
+
+def _cosines(rows: sp.csr_matrix | np.ndarray, centroids: sp.csr_matrix | np.ndarray) -> np.ndarray:
+    """``rows @ centroids.T`` (unit rows: cosines) as a dense array, the centroids taken dense and
+    feature-major a block at a time (about ``_DENSE_BYTES`` each): one sparse-times-dense product per
+    block, several times faster than the sparse product, the same sums, memory bounded on any tree."""
+    K, D = centroids.shape
+    out = np.empty((rows.shape[0], K), np.float32)
+    step = max(1, _DENSE_BYTES // (4 * max(D, 1)))
+    for k in range(0, K, step):
+        out[:, k : k + step] = dense_f32(rows @ np.ascontiguousarray(dense_f32(centroids[k : k + step]).T))
+    return out
 
 
 def _choose(scores: np.ndarray, n_leaves: int, by_routes: np.ndarray, sims: np.ndarray) -> Placement:
