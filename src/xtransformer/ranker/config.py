@@ -110,9 +110,9 @@ class HierarchicalLinearConfig(RankerConfig):
     # of its leaves). Shapes only what `add_labels` trains, never the fitted model: in no cache key
     added_negatives: str = run_field("all")
     # dual CD passes at most for labels added to the trained model (and max_iter): their one-vs-all problems
-    # cost about a pass over every document each. XR-Linear's config sets 2, within 0.3 of retraining on
-    # EURLEX57K's held-out training documents; XR-Transformer's final model keeps 100 (2 and 3 fell 0.4 below
-    # on P@1; experiments/label_growth), as does a folder saved before the setting. Shapes only `add_labels`
+    # cost about a pass over every document each. The fewest within 0.3 of retraining on EURLEX57K's held-out
+    # training documents: XR-Linear's config sets 2, XR-Transformer's 5 (experiments/label_growth); a folder
+    # saved before the setting keeps 100, as training. Shapes only `add_labels`
     added_max_iter: int = run_field(100)
 
     def check(self) -> None:
