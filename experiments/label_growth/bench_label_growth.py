@@ -19,6 +19,7 @@ is compared bit for bit, and the share of documents whose top-5 old labels are u
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import METRICS, RESULTS, compose_settings, public_args, rounded, save_table
+from common import METRICS, RESULTS, compose_settings, public_args, rounded, save_table, trees
 
 from xtransformer.ranker.config import ADDED_REACH
 
@@ -67,6 +68,9 @@ def main(argv: list[str] | None = None) -> None:
         "--negatives", default=None, help="added_negatives to grow with: leaf or all (default: the model's setting)"
     )
     ap.add_argument("--reach", default=None, help="added_reach the grown models predict with (default: the model's)")
+    ap.add_argument(
+        "--passes", type=int, default=None, help="added_max_iter the grown models train with (default: the model's)"
+    )
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--tag", default="eurlex57k")
     args = ap.parse_args(argv)
@@ -77,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(dropped)} of {len(ids)} labels held back (seed {args.seed})", flush=True)
     fit, X_train = setup["fit"], setup["X_train"]
     reduced, t_reduced = timed(lambda: fit(train_Y[:, keep], [ids[j] for j in keep], [names[j] for j in keep]))
+    for tree in trees(reduced) if args.passes is not None else []:  # e.g. a run saved before the setting
+        tree.config = dataclasses.replace(tree.config, added_max_iter=args.passes)
     full, t_full = setup["full"](reduced)
     t_full = args.full_train_s if args.full_train_s is not None else t_full
     placing = {"label_ids": ids, "label_names": names, "placement": args.placement, "leaves": args.leaves,
