@@ -265,17 +265,15 @@ class HierarchicalLinear:
 
         placing = (placing or Placing()).resolved("centroid")
         X, Y = as_features(X), sp.csr_matrix(Y)
-        every = self.trains_added_on_every_document(placing)
+        Y_new, every = sp.csr_matrix(Y[:, self.n_labels :]), self.trains_added_on_every_document(placing)
         # placing reads only the routes of documents with a new label; `leaf` negatives read every document's
-        routes = self._routes_of(X, None if not every else np.flatnonzero(np.diff(Y[:, self.n_labels :].indptr)))
+        routes = self._routes_of(X, np.flatnonzero(np.diff(Y_new.indptr)) if every else None)
         C = self.chain[-1]
         X_index = X if X_index is None else X_index
         placed = place_labels(Y, X_index, C, placing.n_leaves(C), routes, by=placing.by, threads=self.config.n_threads)
         if one_vs_all is None and every:
-            one_vs_all = train_one_vs_all(X, sp.csr_matrix(Y[:, self.n_labels :]), self.config)
-        ext = extend_level(
-            self.levels[-1], self.copies, self.config, X, sp.csr_matrix(Y), placed.leaves, routes, one_vs_all
-        )
+            one_vs_all = train_one_vs_all(X, Y_new, self.config)
+        ext = extend_level(self.levels[-1], self.copies, self.config, X, Y, placed.leaves, routes, one_vs_all)
         first = self.added_from if self.added_from is not None else self.levels[-1].n_labels
         model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies, first)
         model.added_level(ext.added if self.added_from is None else None)  # ready before the first prediction

@@ -172,8 +172,6 @@ def pair_scores(const int64_t[::1] x_ptr, const int32_t[::1] x_idx, const float[
             p0 = p1
 
 
-
-
 cdef struct Kept:  # the solver's kept weights, grown by half as needed
     int32_t *col
     int32_t *slot
