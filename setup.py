@@ -38,8 +38,11 @@ KERNELS = [
     ("xtransformer.indexing.kmeans_level", "src/xtransformer/indexing/kmeans_level.pyx"),
     ("xtransformer.indexing.sparse_sums", "src/xtransformer/indexing/sparse_sums.pyx"),
 ]
+# no fused multiply-adds: the solver's row loops are also compiled for AVX2 and AVX-512 (picked at
+# load), and every variant, on every host, must round as the baseline does (the same weights)
+COMPILE_ARGS = ["-O3", "-g0", "-ffp-contract=off"]
 extensions = [
-    Extension(name, [source], language="c++", extra_compile_args=["-O3", "-g0"], extra_link_args=["-s"])
+    Extension(name, [source], language="c++", extra_compile_args=COMPILE_ARGS, extra_link_args=["-s"])
     for name, source in KERNELS
 ]
 

@@ -433,9 +433,27 @@ def test_centroids_compared_a_block_at_a_time_as_all_at_once(monkeypatch):
     from xtransformer.indexing import placement
 
     rows = sp.random(5, 40, density=0.3, format="csr", dtype=np.float32, random_state=1)
-    centroids = sp.random(9, 40, density=0.3, format="csr", dtype=np.float32, random_state=2)
+    dense = sp.random(9, 40, density=0.3, format="csr", dtype=np.float32, random_state=2).toarray()
+    centroids = placement.Centroids(9, 40, lambda a, b: np.ascontiguousarray(dense[a:b].T))
     whole = placement._cosines(rows, centroids)
     monkeypatch.setattr(placement, "_DENSE_BYTES", 4 * 40 * 2)  # two centroids a block, five blocks
     assert np.array_equal(placement._cosines(rows, centroids), whole)
-    np.testing.assert_allclose(whole, (rows @ centroids.T).toarray(), rtol=1e-6)
-    np.testing.assert_allclose(placement._cosines(rows.toarray(), centroids.toarray()), whole, rtol=1e-6)  # BLAS's sums
+    np.testing.assert_allclose(whole, rows.toarray() @ dense.T, rtol=1e-6)
+    np.testing.assert_allclose(placement._cosines(rows.toarray(), centroids), whole, rtol=1e-6)  # BLAS's sums
+
+
+def test_leaf_centroids_are_the_unit_sums_of_pifa_rows():
+    """The fused centroids equal PIFA's rows summed per leaf and normalised, to the bit, for any
+    block of leaves and any number of threads."""
+    from xtransformer.indexing.representations import pifa
+    from xtransformer.indexing.sparse_sums import leaf_centroids
+    from xtransformer.ranker.negatives import binarize
+
+    X = sp.random(300, 200, density=0.1, format="csr", dtype=np.float32, random_state=3)
+    Y = sp.random(300, 30, density=0.08, format="csr", dtype=np.float32, random_state=4)
+    Y.data[:] = 1.0
+    C = sp.csr_matrix((np.ones(30, np.float32), (np.arange(30), np.arange(30) % 7)), shape=(30, 7))
+    want = pifa(binarize(C), pifa(Y, X)).toarray().T
+    leaves = binarize(C).T.tocsr()
+    for first, last, threads in ((0, 7, 1), (0, 7, 3), (2, 5, 2)):
+        assert np.array_equal(leaf_centroids(Y.T.tocsr(), X, leaves, first, last, threads), want[:, first:last])

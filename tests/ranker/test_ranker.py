@@ -333,10 +333,37 @@ def test_predict_dense_and_sparse_layouts_agree(monkeypatch):
     assert ranker.level._get_scorer().W_dense is not None
     dense = ranker.predict(X, shortlist)
     monkeypatch.setattr(scoring, "DENSE_BYTES", 0)
+    monkeypatch.setattr(scoring, "DENSE_LAYOUT_SHARE", 0.0)
     ranker.level._scorer = None
     assert ranker.level._get_scorer().W_dense is None
     loop = ranker.predict(X, shortlist)
     assert abs(dense - loop).max() < 1e-5 and (dense != 0).nnz == (loop != 0).nnz
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_layout_with_labels_appended_is_the_layout_of_the_combined_weights(trial):
+    """Labels appended to a scoring layout (``PairScorer.appended``) give the layout, dense copy
+    and weights that the combined ``W`` would build, array for array."""
+    from xtransformer.ranker.scoring import PairScorer
+
+    rng = np.random.default_rng(trial)
+    F1, K, n_old, n_new = int(rng.integers(5, 60)), int(rng.integers(1, 9)), int(rng.integers(1, 40)), 7
+    density = float(rng.uniform(0.05, 0.9))
+    W_old = sp.random(F1, n_old, density=density, format="csr", random_state=trial, dtype=np.float32)
+    W_new = sp.random(F1, n_new, density=density, format="csr", random_state=trial + 100, dtype=np.float32)
+
+    def clusters(n: int) -> sp.csr_matrix:
+        return sp.csr_matrix((np.ones(n, np.float32), (np.arange(n), rng.integers(0, K, n))), shape=(n, K))
+
+    C_old, C_new = clusters(n_old), clusters(n_new)
+    got = PairScorer(W_old, C_old, 1.0).appended(W_new, C_new, threads=1 + trial % 3)  # feature ranges in threads
+    want = PairScorer(sp.hstack([W_old, W_new], format="csr"), sp.vstack([C_old, C_new], format="csr"), 1.0)
+    for name in ("feat_ptr", "rows", "entries", "slot_label"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    assert (got.n_max, got.n_labels, got.hard) == (want.n_max, want.n_labels, want.hard)
+    assert (got.W_dense is None) == (want.W_dense is None)
+    assert got.W_dense is None or np.array_equal(got.W_dense, want.W_dense)
+    assert (got.weights() != want.weights()).nnz == 0
 
 
 def test_predict_narrow_beam_of_many_clusters():

@@ -59,7 +59,7 @@ def extend_level(
     if one_vs_all is not None:
         trained, info = one_vs_all
         trained = LinearLevel(trained.W.tocsc()[:, _copy_labels(leaves)], C_new, trained.bias)
-        return Extended(append_columns(level, trained), new_copies, info, trained)
+        return Extended(append_columns(level, trained, cfg.n_threads), new_copies, info, trained)
     Y_new = sp.csr_matrix(Y[:, n_old:])
     old_C = copies.collapse(level.C) if copies is not None else level.C
     C_all = sp.vstack([old_C, binarize(leaves)], format="csr")
@@ -69,7 +69,7 @@ def extend_level(
     trained, info = train_level(
         X, LevelSpec(Y_new, C_new, mask), added_params(cfg), cfg.bias, cfg.threshold, cfg.batch_nnz, cfg.n_threads
     )
-    return Extended(append_columns(level, trained), new_copies, info, trained)
+    return Extended(append_columns(level, trained, cfg.n_threads), new_copies, info, trained)
 
 
 def train_one_vs_all(X: sp.csr_matrix, Y: sp.csr_matrix, cfg: RankerConfig) -> tuple[LinearLevel, dict]:
@@ -85,10 +85,14 @@ def added_params(cfg: RankerConfig) -> SolverParams:
     return solver_params(cfg, cfg.added_passes())
 
 
-def append_columns(level: LinearLevel, new: LinearLevel) -> LinearLevel:
-    """A level whose first columns are ``level``'s weights, unchanged, and the last ``new``'s."""
+def append_columns(level: LinearLevel, new: LinearLevel, threads: int = 1) -> LinearLevel:
+    """A level whose first columns are ``level``'s weights, unchanged, and the last ``new``'s
+    (a level that keeps only its scoring layout: that layout extended in ``threads`` threads)."""
     if new.n_features != level.n_features or new.bias != level.bias or new.n_clusters != level.n_clusters:
         raise RankerError("adding labels: the new weights do not fit the level (features, bias or clusters)")
+    in_layout = level.appended_in_layout(new, threads)
+    if in_layout is not None:
+        return in_layout
     old, added = level.W, new.W
     if sp.isspmatrix_csr(old):  # as a fitted or loaded level holds it: stacked feature by feature
         W = side_by_side(old, sp.csr_matrix(added))

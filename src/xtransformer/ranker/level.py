@@ -73,6 +73,15 @@ class LinearLevel:
             self._W = None
         return self
 
+    def appended_in_layout(self, new: LinearLevel, threads: int = 1) -> LinearLevel | None:
+        """This level with ``new``'s columns after its own, in the scoring layout alone (the one
+        this level keeps: fitted or loaded, ``W`` is never rebuilt), merged in ``threads``
+        threads; None where it keeps ``W``."""
+        if self._W is not None:
+            return None
+        scorer = self._scorer.appended(sp.csr_matrix(new.W), new.C, threads)
+        return LinearLevel(None, sp.vstack([self.C, new.C], format="csr"), self.bias, scorer)
+
     @property
     def n_clusters(self) -> int:
         return self.C.shape[1]

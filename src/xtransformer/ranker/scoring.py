@@ -8,15 +8,25 @@ over clusters or documents and no sparse intermediate.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.ranker.blocks import ranges
 from xtransformer.ranker.errors import RankerError
-from xtransformer.ranker.kernels import layout_counts, layout_fill, layout_labels, pair_scores
+from xtransformer.ranker.kernels import (
+    layout_append_counts,
+    layout_append_fill,
+    layout_counts,
+    layout_fill,
+    layout_labels,
+    pair_scores,
+)
 from xtransformer.topk import Candidates, run_starts
 
 DENSE_BYTES = 64 << 20  # a level's W at most this big is also kept dense (see PairScorer.pair_scores) ...
+DENSE_LAYOUT_SHARE = 1.0  # ... or at most this share of its scoring layout's bytes (memory at most doubled) ...
 DENSE_MIN_FILL = 0.05  # ... if at least this share of it is nonzero: sparser, the compiled loop wins
 DENSE_MIN_DOCS = 8  # ... and used for at least this many documents: below, scipy's call overhead loses
 SCORE_CHUNK_COST = 4_000_000  # document nonzeros per pair plus (pair, slot) cells per scoring chunk
@@ -61,20 +71,67 @@ class PairScorer:
         layout_fill(
             Wr.indptr, Wr.indices, Wr.data, lab_ptr, lab_k, lab_j, self.K, self.feat_ptr, self.rows, self.entries
         )
-        # a small, not too sparse level (few labels, e.g. the top of the tree) is also kept as a
-        # dense F x L array: when the beams cover most of its clusters, one csr @ dense product
-        # scores them fastest (C order: scipy's csr @ dense copies a Fortran-ordered operand on
-        # every call). A sparse one is not: Reuters' flat level, 0.9% nonzero, answers a request
-        # in 0.13 ms with the compiled loop against 0.18 ms dense, at the same batch time. Nor is a
-        # request of a few documents: Bibtex, one document, 121 us sparse against 170 us dense; the
-        # two meet at 4-16 documents.
-        cells = self.F1 * W.shape[1]
-        small, filled = cells * 4 <= DENSE_BYTES, W.nnz >= DENSE_MIN_FILL * cells
-        self.W_dense = np.ascontiguousarray(W.toarray()) if small and filled else None
+        # a small, not too sparse level (few labels, e.g. the top of the tree; or one as big dense
+        # as its layout) is also kept as a dense F x L array: when the beams cover most of its
+        # clusters, one csr @ dense product scores them fastest (C order: scipy's csr @ dense
+        # copies a Fortran-ordered operand on every call). A sparse one is not: Reuters' flat
+        # level, 0.9% nonzero, answers a request in 0.13 ms with the compiled loop against 0.18 ms
+        # dense, at the same batch time. Nor is a request of a few documents: Bibtex, one
+        # document, 121 us sparse against 170 us dense; the two meet at 4-16 documents.
+        self.W_dense = _dense_copy(W, self.layout_bytes)
 
     @property
     def n_weights(self) -> int:
         return len(self.entries)
+
+    @property
+    def layout_bytes(self) -> int:
+        return self.feat_ptr.nbytes + self.rows.nbytes + self.entries.nbytes
+
+    def appended(self, W: sp.csr_matrix, C: sp.csr_matrix, threads: int = 1) -> PairScorer:
+        """This layout with the labels of ``W``'s columns (csr ``F1 x n``) added, each in the one
+        cluster its row of ``C`` (``n x K``) names, in the slots after the cluster's labels: the
+        layout of the combined weights (columns in order), merged feature by feature from this
+        one, the combined ``W`` never built (a fitted or loaded level holds only its layout), in
+        ``threads`` feature ranges of about equal entries."""
+        C = sp.csr_matrix(C)
+        if not self.hard or W.shape[0] != self.F1 or C.shape != (W.shape[1], self.K) or np.any(np.diff(C.indptr) != 1):
+            raise RankerError("scoring layout: appended labels must fit the level, one cluster each")
+        new_k = C.indices.astype(np.int64)
+        n_old = np.sum(self.slot_label >= 0, axis=1)  # a cluster's slots are filled from 0
+        order = np.argsort(new_k, kind="stable")  # new labels by cluster, in label order within one
+        sizes = np.bincount(new_k, minlength=self.K)
+        new_j = np.empty(len(new_k), np.int64)
+        new_j[order] = n_old[new_k[order]] + ranges(np.zeros(self.K), sizes)
+        count = layout_append_counts(self.feat_ptr, self.rows, W.indptr, W.indices, new_k, self.K)
+        n_entries = len(self.entries) + W.nnz
+        idx = np.int32 if max(n_entries, int(count.sum())) < 2**31 - 1 else np.int64
+        old_ptr, old_rows = self.feat_ptr.astype(idx, copy=False), self.rows.astype(idx, copy=False)
+        out = object.__new__(PairScorer)
+        out.K, out.F1, out.n_labels, out.bias, out.hard = self.K, self.F1, self.n_labels + W.shape[1], self.bias, True
+        out.n_max = max(self.n_max, int((n_old + sizes).max(initial=1)))
+        out.slot_label = np.full((self.K, out.n_max), -1, dtype=np.int64)
+        out.slot_label[:, : self.n_max] = self.slot_label
+        out.slot_label[new_k, new_j] = self.n_labels + np.arange(len(new_k))
+        out.feat_ptr = np.zeros(self.F1 + 1, idx)
+        np.cumsum(count, out=out.feat_ptr[1:])
+        out.rows = np.empty((int(out.feat_ptr[-1]) + 1, 2), dtype=idx)
+        out.entries = np.empty((n_entries, 2), dtype=np.float32)
+        out.rows[-1] = (-1, n_entries)  # the end marker
+        one_each = np.arange(len(new_k) + 1, dtype=np.int64)  # each new label in one cluster
+
+        def fill(features: tuple[int, int]) -> None:  # the compiled merge releases the GIL
+            layout_append_fill(
+                old_ptr, old_rows, self.entries, W.indptr, W.indices, W.data, one_each, new_k, new_j,
+                self.K, out.feat_ptr, out.rows, out.entries, *features,
+            )  # fmt: skip
+
+        parts = _feature_ranges(old_rows[old_ptr, 1].astype(np.int64) + W.indptr, threads)
+        with ThreadPoolExecutor(len(parts)) as pool:
+            list(pool.map(fill, parts))
+        worth = _dense_worth(out.F1, out.n_labels, n_entries, out.layout_bytes)
+        out.W_dense = _dense_copy(out.weights(), out.layout_bytes) if worth else None  # W rebuilt only then
+        return out
 
     def weights(self, first: int = 0) -> sp.csr_matrix:
         """``W`` (csr, ``F1 x L``) rebuilt from the layout, or only its columns from ``first`` on
@@ -129,6 +186,31 @@ class PairScorer:
             out,
         )
         return out
+
+
+def _feature_ranges(entries_before: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """Feature ranges of about equal entries, ``parts`` at most (``entries_before[f]``: the
+    entries of the features before ``f``, one more item than features)."""
+    F = len(entries_before) - 1
+    cuts = np.searchsorted(entries_before, np.linspace(0, entries_before[-1], max(parts, 1) + 1)[1:-1])
+    bounds = np.unique(np.r_[0, np.clip(cuts, 0, F), F])
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])] or [(0, 0)]
+
+
+def _dense_worth(n_rows: int, n_labels: int, nnz: int, layout_bytes: int) -> bool:
+    """Whether a level's ``W`` is also kept dense: not too sparse, and small (``DENSE_BYTES``) or
+    no bigger than ``DENSE_LAYOUT_SHARE`` of its scoring layout. On EURLEX57K XR-Linear's middle
+    level (64 labels, 44% filled: 71 MB dense, as big as its layout) scores 19,069 documents in
+    0.28 s dense against 0.93 s in the compiled loop."""
+    cells = n_rows * n_labels
+    small = cells * 4 <= max(DENSE_BYTES, DENSE_LAYOUT_SHARE * layout_bytes)
+    return small and nnz >= DENSE_MIN_FILL * cells
+
+
+def _dense_copy(W: sp.spmatrix, layout_bytes: int) -> np.ndarray | None:
+    """``W`` dense (C order) where ``_dense_worth``, else None."""
+    worth = _dense_worth(W.shape[0], W.shape[1], W.nnz, layout_bytes)
+    return np.ascontiguousarray(W.toarray()) if worth else None
 
 
 def pair_chunks(parents: Candidates, row_nnz: np.ndarray, n_max: int, threads: int = 1) -> list[slice]:
