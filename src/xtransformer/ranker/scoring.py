@@ -199,9 +199,9 @@ def _feature_ranges(entries_before: np.ndarray, parts: int) -> list[tuple[int, i
 
 def _dense_worth(n_rows: int, n_labels: int, nnz: int, layout_bytes: int) -> bool:
     """Whether a level's ``W`` is also kept dense: not too sparse, and small (``DENSE_BYTES``) or
-    no bigger than ``DENSE_LAYOUT_SHARE`` of its scoring layout. On EURLEX57K XR-Linear's middle
-    level (64 labels, 44% filled: 71 MB dense, as big as its layout) scores 19,069 documents in
-    0.28 s dense against 0.93 s in the compiled loop."""
+    no bigger than ``DENSE_LAYOUT_SHARE`` of its scoring layout. EURLEX57K XR-Linear's middle level
+    (64 labels, 44% filled: 71 MB dense, as big as its layout) scores 19,069 documents' beams in
+    0.16 s dense against 0.93 s in the compiled loop."""
     cells = n_rows * n_labels
     small = cells * 4 <= max(DENSE_BYTES, DENSE_LAYOUT_SHARE * layout_bytes)
     return small and nnz >= DENSE_MIN_FILL * cells
