@@ -35,7 +35,7 @@ cdef extern from *:
     struct XmcRowDot {  // v[0 .. W) = the row (ti, tv)[e0, e1) times w's first W columns
         template <int W, typename I>
         XMC_INLINE static void run(const I *ti, const float *tv, long long e0, long long e1, float *w, long long ld,
-                               float *v) {
+                                   float *v) {
             float acc[W] = {0};
             for (long long e = e0; e < e1; ++e) {
                 if (e + 8 < e1) {  // w's rows are random reads: ask for them early
@@ -52,7 +52,7 @@ cdef extern from *:
     struct XmcRowAxpy {  // w's first W columns += v[0 .. W) times the row
         template <int W, typename I>
         XMC_INLINE static void run(const I *ti, const float *tv, long long e0, long long e1, float *w, long long ld,
-                               float *v) {
+                                   float *v) {
             float dl[W];
             for (int j = 0; j < W; ++j) dl[j] = v[j];
             for (long long e = e0; e < e1; ++e) {
@@ -273,7 +273,7 @@ def dual_cd_squared_hinge(const ptr_t[::1] indptr, const ind_t[::1] indices, con
     row, ``w``'s rows padded to a lane count (under twice the slots): the same weights, bit for
     bit, 1.3x as fast on EURLEX57K's one-vs-all problems of added labels; compiled for AVX-512 and
     AVX2 besides (picked at load, the same weights again): their 253 problems in 2 passes took
-    2.9-3.1 s against 3.4-3.8 s for the baseline build on an AVX-512 host.
+    2.9-3.2 s against 3.4-3.9 s for the baseline build on an AVX-512 host.
     Returns the weights with ``|w| >= threshold`` of the non-padding slots as triplets ``(col, slot,
     value)``, task by task, slot by slot, columns increasing: a block's dense ``Fb x n`` weights
     are never held. ``passes[t, j]`` counts the passes made.
@@ -676,7 +676,6 @@ def layout_fill(const ptr_t[::1] indptr, const ind_t[::1] indices, const float[:
         rows[rows.shape[0] - 1, 1] = <lay_t>e_out
 
 
-
 def layout_append_counts(const lay_t[::1] feat_ptr, const lay_t[:, ::1] rows, const ptr_t[::1] indptr,
                          const ind_t[::1] indices, const int64_t[::1] new_k, int64_t n_clusters):
     """Per feature, the rows of a scoring layout (``feat_ptr``, ``rows``) once the labels of ``W``'s
@@ -707,11 +706,10 @@ def layout_append_fill(const lay_t[::1] feat_ptr, const lay_t[:, ::1] rows, cons
     """Write features ``f0 .. f1`` of the scoring layout (``out_*``, sized by
     ``layout_append_counts``) of the old one plus the labels of ``W``'s columns (csr; column ``c``
     is slot ``lab_j[p]`` of cluster ``lab_k[p]`` for ``p`` in ``lab_ptr[c] ..``, after the
-    cluster's old slots). Feature by
-    feature, the old rows and the new clusters merge in increasing cluster id, a row's old entries
-    first: the layout ``layout_fill`` writes from the combined ``W`` (its columns sorted), without
-    that ``W``. Disjoint feature ranges may be written by concurrent calls; the caller writes the
-    end marker (the last row)."""
+    cluster's old slots). Feature by feature, the old rows and the new clusters merge in increasing
+    cluster id, a row's old entries first: the layout ``layout_fill`` writes from the combined ``W``
+    (its columns sorted), without that ``W``. Disjoint feature ranges may be written by concurrent
+    calls; the caller writes the end marker (the last row)."""
     cdef int64_t f, e, r, r1, k, m, q, o, n_k, e_out = rows[feat_ptr[f0], 1] + indptr[f0]  # entries before f0
     cdef int64_t[::1] last = np.full(n_clusters, -1, np.int64)
     cdef int64_t[::1] cursor = np.zeros(n_clusters, np.int64)
