@@ -17,8 +17,10 @@ install:
 run: install
 	$(PY) train.py $(ARGS)
 
+# a worker process per core (at most 4), each running whole test files: module fixtures built once
+XDIST ?= -n auto --maxprocesses=4 --dist loadfile
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # ruff (configured in pyproject.toml): CI fails on any finding; `make format` applies the fixes
 lint: install
