@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -29,6 +30,18 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> 
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, f"{cmd}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     return out
+
+
+def _seed_compiled_modules(src: Path) -> None:
+    """The checkout's compiled modules (``make install`` built them from these sources), put where
+    the wheel's build looks for them: it ships them instead of compiling the same sources again
+    (~40 s). A source newer than its module (an edited ``.pyx``) is still compiled."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    lib = src / "build" / f"lib.{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
+    for module in (ROOT / "src").rglob(f"*{suffix}"):
+        dest = lib / module.relative_to(ROOT / "src")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(module, dest)
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +68,7 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
             src / name,
             **({"ignore": shutil.ignore_patterns("__pycache__", "*.egg-info")} if (ROOT / name).is_dir() else {}),
         )
+    _seed_compiled_modules(src)
     _run(
         [
             sys.executable,
