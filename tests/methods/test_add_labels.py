@@ -419,8 +419,8 @@ def test_columns_appended_side_by_side_are_scipys_stack():
 
     A = sp.random(50, 30, density=0.1, format="csr", dtype=np.float32, random_state=1)
     B = sp.random(50, 7, density=0.2, format="csr", dtype=np.float32, random_state=2)
-    A[3] = 0  # empty rows on either side
-    B[4] = 0
+    A.data[A.indptr[3] : A.indptr[4]] = 0  # empty rows on either side (a row assigned 0 would store 30 zeros)
+    B.data[B.indptr[4] : B.indptr[5]] = 0
     A.eliminate_zeros()
     B.eliminate_zeros()
     W, ref = side_by_side(A, B), sp.hstack([A, B], format="csr")

@@ -454,7 +454,8 @@ def test_dense_block_is_laid_out_as_scipy_stacks_it(zeros):
 
     rng = np.random.default_rng(0)
     A = sp.random(50, 30, density=0.2, format="csr", dtype=np.float32, random_state=1)
-    A[3] = 0  # an empty row
+    A.data[A.indptr[3] : A.indptr[4]] = 0  # an empty row (a row assigned 0 would store 30 zeros)
+    A.eliminate_zeros()
     A.indices[: A.indptr[2]] = A.indices[: A.indptr[2]][::-1]  # and unsorted ones: kept as they are
     A.has_sorted_indices = False
     D = rng.standard_normal((50, 7)).astype(np.float32)
