@@ -80,3 +80,19 @@ def test_a_target_that_moved_names_its_new_place():
         UserError, match=r"no such class \(it moved: write xtransformer\.methods\.xrlinear\.XRLinearConfig\)"
     ):
         run_settings(_compose("xrlinear._target_=xtransformer.pipeline.settings.XRLinearConfig"))
+
+
+def test_wandb_logger_starts_offline_without_a_retired_setting_warning(tmp_path, capfd, monkeypatch):
+    """`logger=wandb` as a run builds it: the run starts offline, with no warning line about the
+    `anonymous` setting Lightning passes and wandb retired."""
+    from xtransformer.pipeline.loggers import build_loggers
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.chdir(tmp_path)
+    (lg,) = build_loggers(_compose("logger=wandb", f"paths.output_dir={tmp_path}"))
+    try:
+        assert lg.experiment.offline
+    finally:
+        lg.experiment.finish()
+    out = capfd.readouterr()
+    assert "anonymous" not in out.out + out.err

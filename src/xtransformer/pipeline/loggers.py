@@ -32,13 +32,22 @@ def build_loggers(cfg: DictConfig, records: dict[str, Any] | None = None) -> lis
         if lcfg is None or "_target_" not in lcfg:
             continue
         extra = {"group": sweep_group(cfg)} if "group" in lcfg and lcfg.group is None else {}
-        out.append(hydra.utils.instantiate(lcfg, **extra))
+        out.append(without_retired_wandb_settings(hydra.utils.instantiate(lcfg, **extra)))
         log.info("logger %s: %s", name, type(out[-1]).__name__)
     config = OmegaConf.to_container(cfg, resolve=True)
     params = flatten_config(config) | (flatten_config(records) if records else {})
     for lg in out:
         lg.log_hyperparams(params)
     return out
+
+
+def without_retired_wandb_settings(logger: Any) -> Any:
+    """Lightning's WandbLogger always hands ``wandb.init`` an ``anonymous`` setting (None), which
+    wandb retired: one warning line on every run. Left out when unset."""
+    init = getattr(logger, "_wandb_init", None)
+    if isinstance(init, dict) and init.get("anonymous") is None:
+        init.pop("anonymous", None)
+    return logger
 
 
 def sweep_group(cfg: DictConfig) -> str:
