@@ -141,11 +141,7 @@ def fit_resumable(
     last = ckpt_dir / "last.ckpt"
     ckpt_path = str(last) if resume and last.is_file() else None
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        # Lightning calls a mid-epoch resume unreliable unless the loader keeps state; the datamodule
-        # does (state_dict): a resumed run sees exactly the batches left (tests/matcher/test_matcher_resume.py)
-        warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
-        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    _fit(trainer, module, dm, ckpt_path)
     if trainer.interrupted:
         raise RuntimeError(f"matcher training was interrupted; call again to resume from {last}")
     return {
@@ -155,6 +151,15 @@ def fit_resumable(
         "resumed_from": ckpt_path,
         "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
     }
+
+
+def _fit(trainer: Any, module: Any, dm: Any, ckpt_path: str | None) -> None:
+    """``trainer.fit``, resuming from ``ckpt_path`` if given."""
+    with warnings.catch_warnings():
+        # Lightning calls a mid-epoch resume unreliable unless the loader keeps state; the datamodule
+        # does (state_dict): a resumed run sees exactly the batches left (tests/matcher/test_matcher_resume.py)
+        warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
 
 
 def matcher_meta(cfg: MatcherConfig, ctx: Any, module: Any, key: str, global_step: int) -> dict[str, Any]:
