@@ -159,6 +159,10 @@ def _fit(trainer: Any, module: Any, dm: Any, ckpt_path: str | None) -> None:
         # Lightning calls a mid-epoch resume unreliable unless the loader keeps state; the datamodule
         # does (state_dict): a resumed run sees exactly the batches left (tests/matcher/test_matcher_resume.py)
         warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
+        # Lightning 2.6's own pytree helper on torch 2.13: a deprecation inside Lightning, nothing a run can change
+        warnings.filterwarnings(
+            "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+        )
         trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
 
 
