@@ -120,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work", type=Path, default=BENCH_DIR / "work", help="inputs, predictions, logs")
     p.add_argument("--eval-split", default=None, help="default: the dataset's (test if present, else dev)")
     p.add_argument("--max-docs", type=int, default=None, help="first N docs of each split (quick runs)")
+    p.add_argument(
+        "--holdout",
+        type=int,
+        default=0,
+        metavar="N",
+        help="score N training documents held out of training (data.holdout, seed 0) instead of dev / test: "
+        "the problem to choose settings on",
+    )
     p.add_argument("--rebuild-data", action="store_true")
     p.add_argument("--keep-models", action="store_true")
     p.add_argument(
@@ -239,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise BenchmarkArgError("--repeats, --topk and --threads must be >= 1")
     if args.first_repeat < 0:
         raise BenchmarkArgError(f"--first-repeat must be >= 0, got {args.first_repeat}")
+    if args.holdout < 0 or (args.holdout and (args.eval_split not in (None, "holdout") or not args.dataset)):
+        raise BenchmarkArgError("--holdout N: N >= 1 training documents of a --dataset, scored instead of --eval-split")
     if args.rerender:
         return rerender(args.rerender, args.reference, args.out, args.tag)
     systems = get_systems(args.systems or (SCALING_SYSTEMS if args.scaling else DEFAULT_SYSTEMS))
@@ -279,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 args.max_docs,
                 args.rebuild_data,
                 tfidf=tfidf_settings(args.tfidf) if args.tfidf else xr_tfidf,
+                holdout=args.holdout,
             )
     except SyntheticError as exc:
         raise BenchmarkArgError(str(exc)) from exc

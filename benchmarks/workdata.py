@@ -64,7 +64,9 @@ class Problem:
             )
         from xtransformer.data import load_dataset
 
-        ds = load_dataset(source["load_as"], max_docs=source.get("max_docs"), eval_split=self.eval_split)
+        ds = load_dataset(
+            source["load_as"], max_docs=source.get("max_docs"), eval_split=self.eval_split, **held_out(source)
+        )
         for split in splits:
             part, Y = ds.splits[split], self.Y(split)
             if Y.shape != part.Y.shape or (Y != part.Y).nnz:
@@ -120,6 +122,11 @@ def read_problem(folder: Path) -> Problem:
     return Problem(meta["name"], folder, meta["train_split"], meta["eval_split"], meta["info"])
 
 
+def held_out(source: dict[str, Any]) -> dict[str, int]:
+    """``load_dataset``'s held-out split settings of a problem (none for one evaluated on dev / test)."""
+    return {"holdout": source["holdout"], "holdout_seed": source["holdout_seed"]} if source.get("holdout") else {}
+
+
 def prepare_dataset(
     name: str,
     work_root: Path,
@@ -127,16 +134,20 @@ def prepare_dataset(
     max_docs: int | None = None,
     rebuild: bool = False,
     tfidf: dict[str, Any] | None = None,
+    holdout: int = 0,
 ) -> Problem:
     """Load ``name`` with the data layer, build its TF-IDF once (``TfidfConfig`` defaults, or those
-    with the ``tfidf`` settings changed), write the npz pairs."""
+    with the ``tfidf`` settings changed), write the npz pairs. ``holdout``: that many training documents
+    (``data.holdout``, seed 0) become the eval split, the rest the training split: a problem to choose
+    settings on, whose name says so."""
     from xtransformer.data.tfidf import TfidfConfig
     from xtransformer.utils.io import settings_key
 
     cfg = TfidfConfig.from_mapping(tfidf or {})
-    suffix = (f"-max{max_docs}" if max_docs else "") + (
-        f"-tfidf{settings_key(cfg.training_settings())[:8]}" if tfidf else ""
-    )
+    suffix = (f"-max{max_docs}" if max_docs else "") + (f"-holdout{holdout}" if holdout else "")
+    suffix += f"-tfidf{settings_key(cfg.training_settings())[:8]}" if tfidf else ""
+    if holdout:
+        eval_split = "holdout"
     folder = work_root.resolve() / f"{Path(name).name}{suffix}" / "data"
     if is_complete(folder) and not rebuild:
         problem = read_problem(folder)
@@ -144,7 +155,8 @@ def prepare_dataset(
             return problem
     from xtransformer.data import load_dataset, tfidf_features
 
-    ds = load_dataset(name, max_docs=max_docs, **({"eval_split": eval_split} if eval_split else {}))
+    held = {"holdout": holdout, "holdout_seed": 0} if holdout else {}
+    ds = load_dataset(name, max_docs=max_docs, **({"eval_split": eval_split} if eval_split else {}), **held)
     X = tfidf_features(ds, cfg)
     mats = {split: (X[split], ds.splits[split].Y) for split in ds.splits}
     from xtransformer.data.inputs import LabeledData
@@ -157,6 +169,7 @@ def prepare_dataset(
         "train_key": LabeledData.from_split(ds, "train").key,
         "dev_carved_from_train": ds.dev_carved_from_train,
         "max_docs": max_docs,
+        **held,
         "tfidf": cfg.training_settings() if tfidf else "xtransformer TfidfConfig defaults",
     }
     return _write(folder, ds.name + suffix, "train", ds.eval_split, mats, source)

@@ -268,9 +268,11 @@ def compact_encoder(src: Path, out: Path, batches: Iterable[Sequence[str]], max_
 
 
 def holdout_rows(n: int, holdout: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Rows fitted on and the ``holdout`` random rows held out, each sorted: the selections' split."""
-    perm = np.random.default_rng(seed).permutation(n)
-    return np.sort(perm[holdout:]), np.sort(perm[:holdout])
+    """Rows fitted on and the ``holdout`` random rows held out, each sorted: the selections' split,
+    the rows ``python train.py data.holdout=N data.holdout_seed=S`` holds out."""
+    from xtransformer.data.dataset import held_out_rows
+
+    return held_out_rows(n, holdout, seed)
 
 
 def selection_parser(doc: str) -> argparse.ArgumentParser:

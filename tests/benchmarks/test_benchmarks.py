@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from benchmarks import report
 from benchmarks.harness import benchmark
 from benchmarks.measure import RunRecord, RunSettings, run_once
-from benchmarks.phases import PhaseError, head_words, topk_csr, vm_hwm_mb
+from benchmarks.phases import PhaseError, head_words, texts_file, topk_csr, vm_hwm_mb
 from benchmarks.run import BenchmarkArgError, main, parse_synthetic, tfidf_settings
 from benchmarks.synthetic import SyntheticError, SyntheticSpec, generate
 from benchmarks.systems import REGISTRY, SystemSetupError, SystemSpec, get_systems
@@ -85,6 +85,15 @@ def test_prepare_dataset_from_standard_text_layout(tmp_path: Path) -> None:
     assert lead.X("train").shape[1] > body.X("train").shape[1] and lead.info["source"]["tfidf"]["lead_chars"] == 6
     with pytest.raises(BenchmarkArgError, match="--tfidf"):
         tfidf_settings(["lead_chars"])
+    # --holdout 3: three training documents scored instead of test, in a problem of their own
+    held = prepare_dataset(str(folder), tmp_path / "work", holdout=3)
+    assert held.name == "toyxmc-holdout3" and held.eval_split == "holdout" and held.data_dir != problem.data_dir
+    assert held.X("holdout").shape[0] == 3 and held.X("train").shape[0] == problem.X("train").shape[0] - 3
+    held.ensure_texts()  # the documents of both splits, reloaded with the same holdout, row for row
+    texts = (held.data_dir / texts_file("holdout")).read_text().splitlines()
+    assert len(texts) == 3 and all(json.loads(t).endswith("common words") for t in texts)
+    with pytest.raises(BenchmarkArgError, match="--holdout"):
+        main(["--dataset", str(folder), "--holdout", "3", "--eval-split", "test", "--work", str(tmp_path / "w")])
 
 
 def test_run_once_scores_popular_baseline_with_our_metrics(tmp_path: Path) -> None:

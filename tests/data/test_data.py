@@ -56,6 +56,39 @@ def test_text_layout_vocab_and_carved_dev(toy, tmp_path):
     assert sorted(ds.splits["dev"].texts + ds.splits["train"].texts) == sorted(TRAIN[0])
 
 
+def test_holdout_split_leaves_training_and_is_the_studies_draw(toy, tmp_path):
+    """``data.holdout=N``: N training documents become split ``holdout`` and leave train (after the
+    dev carve); the rows are experiments/common.py's ``holdout_rows`` draw over what train had."""
+    carved = load_dataset(str(toy), cache_dir=tmp_path / "cache", dev_fraction=0.2)
+    ds = load_dataset(str(toy), cache_dir=tmp_path / "cache", dev_fraction=0.2, holdout=5, eval_split="holdout")
+    assert ds.eval_split == "holdout" and {k: len(v) for k, v in ds.splits.items()} == {
+        "train": 11,
+        "dev": 4,
+        "test": 2,
+        "holdout": 5,
+    }
+    perm = np.random.default_rng(0).permutation(16)  # holdout_rows(16, 5, seed=0)
+    before = carved.splits["train"].texts
+    assert ds.splits["holdout"].texts == [before[i] for i in sorted(perm[:5])]
+    assert ds.splits["train"].texts == [before[i] for i in sorted(perm[5:])]
+    assert ds.splits["dev"].texts == carved.splits["dev"].texts  # dev is not touched
+    other = load_dataset(str(toy), cache_dir=tmp_path / "cache", dev_fraction=0.2, holdout=5, holdout_seed=1)
+    assert other.eval_split == "test" and other.splits["holdout"].texts != ds.splits["holdout"].texts
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"holdout": 16}, r"^data\.holdout=16 leaves no holdout or no train documents out of 16"),
+        ({"holdout": -1}, r"^data\.holdout=-1: must be 0"),
+        ({"eval_split": "holdout"}, r"data\.eval_split='holdout' but .* needs data\.holdout=N"),
+    ],
+)
+def test_bad_holdout_settings_name_the_setting(toy, tmp_path, settings, message):
+    with pytest.raises(DataError, match=message):
+        load_dataset(str(toy), cache_dir=tmp_path / "cache", dev_fraction=0.2, **settings)
+
+
 def test_vocab_without_label_map_keeps_test_only_labels(tmp_path):
     folder = write_text_dataset(tmp_path / "d", {"train": TRAIN, "dev": TRAIN, "test": (["x"], ["only_in_test"])})
     ds = load_dataset(str(folder), cache_dir=tmp_path / "c")

@@ -424,6 +424,12 @@ SETTINGS = [
     setting("data.max_docs=0", "data.max_docs=0", message=names("data.max_docs", "0")),
     setting("data.max_docs=abc", "data.max_docs=abc", message=names("data.max_docs", "abc")),
     setting("data.dev_fraction=1.5", "data.dev_fraction=1.5", message=names("data.dev_fraction", "1.5")),
+    setting(
+        "data.holdout above the training split",
+        f"data.holdout={N_TRAIN}",
+        "data.eval_split=holdout",
+        message=names("data.holdout", str(N_TRAIN)) + r".*leaves no holdout or no train documents",
+    ),
     setting("data.dev_fraction=abc", "data.dev_fraction=abc", message=names("data.dev_fraction", "abc")),
     setting(
         "data.eval_split=validation",

@@ -55,7 +55,9 @@ class DataConfig(Settings):
     format: str = "auto"  # auto | text | xc | npz
     dev_fraction: float = 0.1  # carved from train when the dataset has no dev split
     dev_seed: int = 0
-    eval_split: str | None = run_field(None)  # default: test if present, else dev
+    eval_split: str | None = run_field(None)  # default: test if present, else dev; `holdout` with data.holdout
+    holdout: int = 0  # training documents held out as split `holdout`, never trained on: choose settings there
+    holdout_seed: int = 0  # the draw (held_out_rows: the studies' held-out documents are seed 0's)
     max_docs: int | None = None  # keep the first N documents of each split (quick runs, tests)
     allow_empty_docs: bool = False
     allow_empty_labels: bool = False
@@ -65,6 +67,8 @@ class DataConfig(Settings):
         # (items[:-5]) and silently drop documents; zero leaves nothing to train on.
         if self.max_docs is not None and self.max_docs < 1:
             raise self.bad("max_docs", "must be null (all documents) or an int >= 1")
+        if self.holdout < 0:
+            raise self.bad("holdout", "must be 0 (none) or the number of training documents to hold out")
         if self.path == "???":  # data=custom's mandatory value, left unset
             raise DataError(
                 "data.path is not set: data=custom needs data.path=/path/to/your/folder "
@@ -257,10 +261,14 @@ def load_dataset(
     vocab, splits, label_text, n_missing = loader(folder, cfg)
     carved = "dev" not in splits
     if carved:
-        splits = _carve_dev(splits, cfg)
+        n_dev = int(round(len(splits["train"]) * cfg.dev_fraction))
+        splits = _carve(splits, "dev", n_dev, cfg.dev_seed, f"data.dev_fraction={cfg.dev_fraction}")
+    if cfg.holdout:
+        splits = _carve(splits, "holdout", cfg.holdout, cfg.holdout_seed, f"data.holdout={cfg.holdout}")
     eval_split = cfg.eval_split or ("test" if "test" in splits else "dev")
     if eval_split not in splits:
-        raise DataError(f"data.eval_split={eval_split!r} but the dataset has splits {sorted(splits)}")
+        hint = " (it needs data.holdout=N: N training documents held out)" if eval_split == "holdout" else ""
+        raise DataError(f"data.eval_split={eval_split!r} but the dataset has splits {sorted(splits)}{hint}")
     ds = XMCDataset(
         name=cfg.name,
         root=folder,
@@ -393,19 +401,27 @@ def _limit_rows(M: sp.csr_matrix, cfg: DataConfig) -> sp.csr_matrix:
     return M if cfg.max_docs is None else M[: cfg.max_docs]
 
 
-def _carve_dev(splits: dict[str, Split], cfg: DataConfig) -> dict[str, Split]:
-    """A seeded ``dev_fraction`` of train becomes dev (the paper's protocol without a dev split)."""
+def held_out_rows(n: int, n_out: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Of ``n`` rows, those kept and the ``n_out`` drawn out by ``seed``, each sorted: the draw of
+    ``data.holdout``, of a carved dev split and of the studies' held-out documents."""
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[n_out:]), np.sort(perm[:n_out])
+
+
+def _carve(splits: dict[str, Split], name: str, n_out: int, seed: int, setting: str) -> dict[str, Split]:
+    """``n_out`` training documents, drawn by ``seed``, become split ``name`` and leave train: dev
+    for a dataset without one (``dev_fraction``, the paper's protocol), or the ``holdout`` split.
+    Rows are kept in file order (:func:`held_out_rows`). ``setting`` (``data.KEY=value``) is named when
+    nothing would be left."""
     train = splits["train"]
     n = len(train)
-    n_dev = int(round(n * cfg.dev_fraction))
-    if n_dev < 1 or n_dev >= n:
-        raise DataError(f"data.dev_fraction={cfg.dev_fraction} leaves no dev or no train documents out of {n}")
-    perm = np.random.default_rng(cfg.dev_seed).permutation(n)
-    dev_idx, train_idx = np.sort(perm[:n_dev]), np.sort(perm[n_dev:])
+    if n_out < 1 or n_out >= n:
+        raise DataError(f"{setting} leaves no {name} or no train documents out of {n}")
+    train_idx, out_idx = held_out_rows(n, n_out, seed)
 
-    def take(idx: np.ndarray, name: str) -> Split:
+    def take(idx: np.ndarray, split: str) -> Split:
         return Split(
-            name=name,
+            name=split,
             Y=train.Y[idx],
             texts=None if train.texts is None else [train.texts[i] for i in idx],
             ids=None if train.ids is None else [train.ids[i] for i in idx],
@@ -413,5 +429,5 @@ def _carve_dev(splits: dict[str, Split], cfg: DataConfig) -> dict[str, Split]:
         )
 
     out = dict(splits)
-    out["train"], out["dev"] = take(train_idx, "train"), take(dev_idx, "dev")
-    return {s: out[s] for s in SPLITS if s in out}
+    out["train"], out[name] = take(train_idx, "train"), take(out_idx, name)
+    return {s: out[s] for s in (*SPLITS, "holdout") if s in out}
