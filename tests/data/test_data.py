@@ -82,6 +82,8 @@ def test_holdout_split_leaves_training_and_is_the_studies_draw(toy, tmp_path):
         ({"holdout": 16}, r"^data\.holdout=16 leaves no holdout or no train documents out of 16"),
         ({"holdout": -1}, r"^data\.holdout=-1: must be 0"),
         ({"eval_split": "holdout"}, r"data\.eval_split='holdout' but .* needs data\.holdout=N"),
+        ({"holdout": 5, "holdout_seed": -1}, r"^data\.holdout_seed=-1: must be an int >= 0"),
+        ({"dev_seed": -2}, r"^data\.dev_seed=-2: must be an int >= 0"),
     ],
 )
 def test_bad_holdout_settings_name_the_setting(toy, tmp_path, settings, message):

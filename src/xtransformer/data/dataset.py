@@ -69,6 +69,9 @@ class DataConfig(Settings):
             raise self.bad("max_docs", "must be null (all documents) or an int >= 1")
         if self.holdout < 0:
             raise self.bad("holdout", "must be 0 (none) or the number of training documents to hold out")
+        for key in ("dev_seed", "holdout_seed"):  # numpy's generator takes no negative seed
+            if getattr(self, key) < 0:
+                raise self.bad(key, "must be an int >= 0")
         if self.path == "???":  # data=custom's mandatory value, left unset
             raise DataError(
                 "data.path is not set: data=custom needs data.path=/path/to/your/folder "

@@ -154,7 +154,8 @@ def fit_resumable(
 
 
 def _fit(trainer: Any, module: Any, dm: Any, ckpt_path: str | None) -> None:
-    """``trainer.fit``, resuming from ``ckpt_path`` if given."""
+    """``trainer.fit`` (resuming from ``ckpt_path`` if given), without two warning lines of
+    Lightning's that do not apply to this training."""
     with warnings.catch_warnings():
         # Lightning calls a mid-epoch resume unreliable unless the loader keeps state; the datamodule
         # does (state_dict): a resumed run sees exactly the batches left (tests/matcher/test_matcher_resume.py)
