@@ -19,12 +19,6 @@ from typing import Any
 
 from xtransformer.errors import UserError
 
-# Offline-safe defaults for this workplace; users override them in their environment.
-os.environ.setdefault("WANDB_MODE", "offline")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 
 def config_dir() -> str:
     """The Hydra configs: shipped inside the installed package (copied there at build time, see

@@ -16,12 +16,10 @@ import torch
 
 from xtransformer.data.inputs import LabeledData
 from xtransformer.methods.base import ModelRecords, XMCModel
-from xtransformer.methods.cnn.config import CNNConfig, KimCNNSettings, XMLCNNSettings
-from xtransformer.methods.cnn.network import NETWORK_KEYS, TextCNN, run_batches
-from xtransformer.model.folder import scrub
-from xtransformer.utils.io import atomic_dir, load_json, save_json, settings_key
-
-NETWORK_DIR = "network"
+from xtransformer.methods.cnn.config import KimCNNSettings, XMLCNNSettings
+from xtransformer.methods.cnn.network import TextCNN, run_batches
+from xtransformer.methods.cnn.weights import NETWORK_DIR, load_network, save_network
+from xtransformer.utils.io import load_json, settings_key
 
 
 class CNNModel(XMCModel):
@@ -122,44 +120,3 @@ def score_tokens(network: TextCNN, tokens: Any, settings: dict[str, Any], width:
         top = torch.sigmoid(logits).topk(k, dim=1)
         scores[rows], labels[rows] = top.values.numpy(), top.indices.numpy()
     return topb_csr(scores, labels, n_labels)
-
-
-# ---------------------------------------------------------------------------------------- folder
-def network_meta(cfg: CNNConfig, network: TextCNN) -> dict[str, Any]:
-    """``cnn.json``: the network's shape, how texts become tokens, the settings it trained with."""
-    return scrub(
-        {
-            **{k: getattr(cfg, k) for k in NETWORK_KEYS},
-            "vocab": list(network.embedding.weight.shape),
-            "n_labels": network.output.out_features,
-            "max_length": cfg.max_length,
-            "truncate_chars": cfg.truncate_chars,
-            "settings": cfg.training_settings(),
-        }
-    )
-
-
-def save_network(path: Path, network: TextCNN, tokenizer: Any, meta: dict[str, Any]) -> Path:
-    """``network/`` (atomic): ``weights.safetensors`` (no pickle), ``cnn.json``, the tokenizer."""
-    from safetensors.torch import save_file
-
-    with atomic_dir(path) as tmp:
-        weights = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
-        save_file(weights, tmp / "weights.safetensors")
-        tokenizer.save_pretrained(tmp)
-        save_json(meta, tmp / "cnn.json")
-    return path
-
-
-def load_network(path: Path) -> tuple[TextCNN, Any, dict[str, Any]]:
-    """``(network, tokenizer, meta)`` of a folder :func:`save_network` wrote."""
-    from types import SimpleNamespace
-
-    from safetensors.torch import load_file
-    from transformers import AutoTokenizer
-
-    meta = load_json(path / "cnn.json")
-    shape = SimpleNamespace(**{k: meta[k] for k in NETWORK_KEYS})
-    network = TextCNN(tuple(meta["vocab"]), int(meta["n_labels"]), shape)
-    network.load_state_dict(load_file(path / "weights.safetensors"))
-    return network.eval(), AutoTokenizer.from_pretrained(path), meta
