@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from xtransformer.methods.abilities import ReadsFeatureRows
 from xtransformer.methods.base import ModelRecords, XMCModel
 from xtransformer.settings import Settings, predict_field
 from xtransformer.utils.io import settings_key
@@ -29,7 +30,7 @@ class PopularitySettings(Settings):
     popularity: PopularityConfig = field(default_factory=PopularityConfig)
 
 
-class Popularity(XMCModel):
+class Popularity(ReadsFeatureRows, XMCModel):
     kind = "popularity"
     settings_class = PopularitySettings
 
@@ -52,7 +53,7 @@ class Popularity(XMCModel):
             ModelRecords.of(data, s.popularity.prediction_settings(), s.training_settings()),
             np.load(folder / "scores.npy"),
         )
-        model.report = {"stage_keys": keys}
+        model.training_run.report = {"stage_keys": keys}
         return model
 
     def _scores(self, n: int, settings: dict[str, Any]) -> sp.csr_matrix:

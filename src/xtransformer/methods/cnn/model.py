@@ -25,7 +25,6 @@ from xtransformer.utils.io import load_json, settings_key
 class CNNModel(XMCModel):
     """Texts -> tokens -> :class:`TextCNN` -> a sigmoid score per label, the top ``topk`` kept."""
 
-    needs_text = True
     collective = True  # training is shared by the processes of a DDP run
 
     def __init__(self, records: ModelRecords, network: TextCNN, tokenizer: Any, meta: dict[str, Any]):
@@ -64,7 +63,7 @@ class CNNModel(XMCModel):
         }
         records = ModelRecords.of(data, predict, s.training_settings() | {"trainer": ctx.trainer.placement()})
         model = cls(records, *load_network(folder / NETWORK_DIR)).to(ctx.trainer.device)
-        model.report = {"stage_keys": keys, "train": load_json(folder / "facts.json")}
+        model.training_run.report = {"stage_keys": keys, "train": load_json(folder / "facts.json")}
         return model
 
     def to(self, device: str) -> CNNModel:
