@@ -247,7 +247,7 @@ def scrape(base: str) -> dict[str, float]:
 
     out: dict[str, float] = {"predict_requests": 0.0}
     for line in httpx.get(f"{base}/metrics", timeout=10).text.splitlines():
-        if line.startswith('xmc_http_requests_total{path="/predict"'):
+        if line.startswith("xmc_http_requests_total{") and 'path="/predict"' in line:  # labels in any order
             out["predict_requests"] += float(line.rsplit(" ", 1)[1])
         elif line.startswith(("xmc_batch_texts_sum ", "xmc_batch_texts_count ", "xmc_texts_total ")):
             name, value = line.split()

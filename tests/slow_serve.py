@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument("--delay", type=float, required=True)
     pre.add_argument("--gate", type=Path, default=None)
     ours, rest = pre.parse_known_args(argv)
-    return serve.serve(
-        serve.parser().parse_args(rest), wrap_model=lambda model: SlowModel(model, ours.delay, ours.gate)
-    )
+    args = serve.parser().parse_args(rest)
+    options = serve.ServeOptions.from_args(args)
+    return serve.serve_model(SlowModel(serve.load_served_model(args), ours.delay, ours.gate), options)
 
 
 if __name__ == "__main__":

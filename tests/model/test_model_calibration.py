@@ -126,7 +126,7 @@ def test_xmc_serve_takes_the_decision_fields(toy):
     from xtransformer.serve import create_app
 
     model, test = XMCModel.load(toy["root"] / "calibrated"), toy["texts"]["test"][:3]
-    with TestClient(create_app(model, warm_up=False)) as client:
+    with TestClient(create_app(model)) as client:
         assert client.get("/health").json()["calibrated"] is True
         got = client.post("/predict", json={"texts": test, "decision": "per_label"}).json()["predictions"]
         assert got == model.predict(test, decision="per_label")
@@ -138,7 +138,7 @@ def test_xmc_serve_takes_the_decision_fields(toy):
         assert bad.status_code == 422 and bad.json()["field"] == "threshold"
         bad = client.post("/predict", json={"texts": test, "decision": "sometimes"})
         assert bad.status_code == 422 and bad.json()["field"] == "decision"
-    with TestClient(create_app(XMCModel.load(toy["root"] / "plain"), warm_up=False)) as client:
+    with TestClient(create_app(XMCModel.load(toy["root"] / "plain"))) as client:
         bad = client.post("/predict", json={"texts": test, "threshold": 0.5})
         assert bad.status_code == 422 and bad.json()["field"] == "threshold"
         assert "without a calibrator" in bad.json()["error"]

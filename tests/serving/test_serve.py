@@ -156,12 +156,16 @@ def test_ready_and_prometheus_metrics(server):
     for n in (1, 3):
         assert httpx.post(f"{base}/predict", json={"texts": ["a b c"] * n}, timeout=30).status_code == 200
     after = _metrics(base)
-    key = 'xmc_http_requests_total{path="/predict",code="200"}'
+    key = 'xmc_http_requests_total{code="200",path="/predict"}'  # prometheus_client writes labels sorted by name
     assert after[key] - before.get(key, 0) == 2
     assert after["xmc_texts_total"] - before["xmc_texts_total"] == 4
     assert after["xmc_batch_texts_count"] - before["xmc_batch_texts_count"] == 2
     assert after['xmc_batch_texts_bucket{le="+Inf"}'] == after["xmc_batch_texts_count"]
-    buckets = [v for k, v in after.items() if k.startswith('xmc_http_request_duration_seconds_bucket{path="/predict"')]
+    buckets = [
+        v
+        for k, v in after.items()
+        if k.startswith("xmc_http_request_duration_seconds_bucket{") and 'path="/predict"' in k
+    ]
     assert (
         buckets == sorted(buckets) and buckets[-1] == after['xmc_http_request_duration_seconds_count{path="/predict"}']
     )
