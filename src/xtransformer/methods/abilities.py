@@ -34,11 +34,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from xtransformer.data.inputs import LabeledData
+from xtransformer.methods.records import ModelRecords, TrainingRun, text_fingerprints
 from xtransformer.model.folder import ModelError
 
 if TYPE_CHECKING:
     from xtransformer.calibration import CalibrationConfig
-    from xtransformer.methods.base import ModelRecords, XMCModel
+    from xtransformer.methods.base import XMCModel
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +133,6 @@ class AddsLabels:
 
     def _grown(self, model: XMCModel, plan: Any, report: dict[str, Any], seconds: float) -> XMCModel:
         """``model`` (grown by ``plan``) with this model's zero-shot part, its records and what adding did."""
-        from xtransformer.methods.base import TrainingRun
-
         if self.zero_shot is not None:  # old indices stand; the label space grew
             model.zero_shot = dataclasses.replace(self.zero_shot, n_labels=model.n_labels)
         record = plan.record()
@@ -146,8 +145,6 @@ class AddsLabels:
 
     def grown_records(self, plan: Any) -> ModelRecords:
         """This model's records over the grown label space of ``plan`` (an ``Additions``)."""
-        from xtransformer.methods.base import ModelRecords
-
         d = plan.data
         return ModelRecords(
             d.label_ids, d.label_names, dict(self.predict_settings), dict(self.train_settings), self.method
@@ -280,8 +277,6 @@ class Calibrates:
         return out
 
     def _refuse_training_documents(self, data: LabeledData) -> None:
-        from xtransformer.methods.base import text_fingerprints
-
         seen_before = self.training_run.documents
         if seen_before is None or data.texts is None:
             return  # a loaded folder keeps no training texts: the caller vouches for the documents

@@ -38,6 +38,7 @@ from xtransformer.calibration import DECISION_KEYS, Calibration, DecisionSetting
 from xtransformer.calibration.calibrator import row_ranks
 from xtransformer.data.inputs import LabeledData
 from xtransformer.methods.abilities import Ability, Calibrates, declared_abilities, require
+from xtransformer.methods.records import ModelRecords, TrainingRun
 from xtransformer.methods.reuse import documents_stage, stage_record
 from xtransformer.methods.zeroshot import SETTINGS as ZERO_SHOT_SETTINGS
 from xtransformer.methods.zeroshot import ZERO_SHOT_DIR, ZeroShot, zero_shot_bounds
@@ -61,37 +62,12 @@ CALIBRATION_DIR = "calibration"
 
 
 @dataclass
-class ModelRecords:
-    """What every model holds beside its components: the label space and the two settings records."""
-
-    label_ids: list[str]
-    label_names: list[str]
-    predict: dict[str, Any]  # prediction settings: the defaults a call may override
-    train: dict[str, Any] = field(default_factory=dict)  # how it was trained (provenance, not read back)
-    method: str = ""  # the name it is known by: its kind, or e.g. "xrtransformer+xrlinear"
-
-    @classmethod
-    def of(cls, data: LabeledData, predict: dict[str, Any], train: dict[str, Any]) -> ModelRecords:
-        return cls(list(data.label_ids), list(data.label_names), predict, train)
-
-
-@dataclass
 class Evaluation:
     """A model's label scores on evaluation data, their metrics, and method-specific diagnostics."""
 
     predictions: sp.csr_matrix
     metrics: dict[str, float]
     diagnostics: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class TrainingRun:
-    """What fitting (or growing) a model in this process left beside it: not part of the model,
-    never saved; a loaded model's is empty."""
-
-    report: dict[str, Any] = field(default_factory=dict)  # what fit did: stage keys, index facts, levels, timings
-    # sorted fingerprints of the training texts: calibrate() refuses them
-    documents: np.ndarray | None = None
 
 
 class XMCModel(Calibrates):
@@ -159,7 +135,8 @@ class XMCModel(Calibrates):
                 f"{cls.__name__}.share_fit with the same arguments"
             )
         try:
-            data, record, val = cls._fit_inputs(inputs, labels, settings, label_ids, label_names, validation, groups)
+            options = {"label_ids": label_ids, "label_names": label_names, "validation": validation, **groups}
+            data, record, val = cls._fit_inputs(inputs, labels, settings, options)
             keys = cls.plan(data, record, ctx)
             digests = text_digests(data.texts) if data.texts is not None else None
             if digests is not None:  # what lets add_labels find these rows again
@@ -174,41 +151,27 @@ class XMCModel(Calibrates):
                 ctx.close()
 
     @classmethod
-    def share_fit(
-        cls,
-        inputs: Any,
-        labels: Any = None,
-        settings: Settings | None = None,
-        *,
-        label_ids: Sequence[str] | None = None,
-        label_names: Sequence[str] | None = None,
-        validation: Any = None,
-        context: Any,
-        **groups: Any,
-    ) -> None:
+    def share_fit(cls, inputs: Any, labels: Any = None, settings: Settings | None = None, **options: Any) -> None:
         """On a helper process of a DDP run (rank > 0): take part in the collective stages (the
-        fine-tuning) of the :meth:`fit` rank 0 runs with the same arguments; the model is rank 0's.
-        Nothing to do for a method without collective stages."""
+        fine-tuning) of the :meth:`fit` rank 0 runs with the same arguments (``options``: fit's
+        keywords, ``context`` among them); the model is rank 0's. Nothing to do for a method
+        without collective stages."""
         if not cls.collective:
             return
-        data, record, val = cls._fit_inputs(inputs, labels, settings, label_ids, label_names, validation, groups)
-        cls._fit(data, record, context, val, cls.plan(data, record, context))
+        ctx = options.pop("context")
+        data, record, val = cls._fit_inputs(inputs, labels, settings, options)
+        cls._fit(data, record, ctx, val, cls.plan(data, record, ctx))
 
     @classmethod
     def _fit_inputs(
-        cls,
-        inputs: Any,
-        labels: Any,
-        settings: Settings | None,
-        label_ids: Sequence[str] | None,
-        label_names: Sequence[str] | None,
-        validation: Any,
-        groups: Mapping[str, Any],
+        cls, inputs: Any, labels: Any, settings: Settings | None, options: dict[str, Any]
     ) -> tuple[LabeledData, Settings, LabeledData | None]:
-        """What ``fit`` trains on: the data, the settings record, the validation data."""
-        data = LabeledData.build(inputs, labels, label_ids, label_names)
+        """What ``fit`` trains on: the data, the settings record, the validation data (``options``:
+        ``label_ids``, ``label_names``, ``validation`` and the settings groups)."""
+        data = LabeledData.build(inputs, labels, options.pop("label_ids", None), options.pop("label_names", None))
+        validation = options.pop("validation", None)
         val = None if validation is None else data.like(*_pair(validation))
-        return data, cls.make_settings(settings, groups), val
+        return data, cls.make_settings(settings, options), val
 
     @classmethod
     def make_settings(cls, settings: Settings | None = None, groups: Mapping[str, Any] | None = None) -> Settings:
@@ -502,11 +465,6 @@ def resolve_folder(path: Path, method: str | None) -> Path:
     if method is not None and (path / method).is_dir():
         return path / method
     return path
-
-
-def text_fingerprints(texts: Sequence[str]) -> np.ndarray:
-    """A sorted 64-bit fingerprint of every text (what ``calibrate`` compares with the training texts)."""
-    return np.sort(text_digests(texts))
 
 
 def empty_rows_csr(pred: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
