@@ -41,7 +41,8 @@ for lib in sys.argv[1:]:  # what the package's modules import, first: their own 
         pass
 before = state()
 import xtransformer
-names = [m.name for m in pkgutil.walk_packages(xtransformer.__path__, "xtransformer.") if not m.name.endswith("__main__")]
+names = [m.name for m in pkgutil.walk_packages(xtransformer.__path__, "xtransformer.")]
+names = [name for name in names if not name.endswith("__main__")]
 for name in names:
     importlib.import_module(name)
 print(json.dumps({"before": before, "after": state(), "modules": len(names)}))
