@@ -58,10 +58,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
 
 def total_steps(overrides: list[str], probe: list[str]) -> int | None:
     """The run's total steps (for `one_level`, which must train as many steps on one level)."""
-    from hydra import compose, initialize_config_dir
+    from xtransformer.configuration import compose
 
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*probe, *overrides])
+    cfg = compose([*probe, *overrides], config_dir=str(ROOT / "configs"))
     steps = cfg.matcher.level_steps
     return int(sum(steps)) if steps is not None else int(cfg.matcher.max_steps)
 

@@ -9,6 +9,7 @@ The calls into ``xtransformer`` are kept in the few lines of each phase method.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import time
@@ -112,23 +113,22 @@ class OursIndexing(_Ours):
 
 @adapter("xrlinear")
 class OursXRLinear(OursIndexing):
-    """XR-Linear as configs/xrlinear/default.yaml builds it (PECOS's recipe): a binary k-means tree to
-    leaves of <= 100 labels seen with 16 children per node (ClusterChain.subsample), then
-    HierarchicalLinear with HierarchicalLinearConfig defaults."""
+    """XR-Linear as its settings record's defaults build it (``XRLinearConfig``, PECOS's recipe): a
+    binary k-means tree to leaves of <= 100 labels seen with 16 children per node
+    (ClusterChain.subsample), then HierarchicalLinear with HierarchicalLinearConfig defaults."""
 
     has_train = True
-    MAX_LEAF_SIZE, NR_SPLITS = 100, 16  # configs/xrlinear/default.yaml: indexing.max_leaf_size, nr_splits
 
     def config(self):
-        from xtransformer.indexing import IndexingConfig
+        from xtransformer.methods.xrlinear.config import XRLinearConfig
 
-        return IndexingConfig(
-            seed=self.seed, threads=self.threads, max_leaf_size=self.MAX_LEAF_SIZE, orphan_fallback="none"
-        )  # configs/xrlinear/default.yaml
+        return dataclasses.replace(XRLinearConfig().indexing, seed=self.seed, threads=self.threads)
 
     def index(self, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
+        from xtransformer.methods.xrlinear.config import XRLinearConfig
+
         super().index(X, Y)
-        self.chain = self.chain.subsample(self.NR_SPLITS)
+        self.chain = self.chain.subsample(XRLinearConfig().nr_splits)
 
     def train(self, X: sp.csr_matrix, Y: sp.csr_matrix, model_dir: Path) -> None:
         from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
@@ -284,8 +284,7 @@ class OursPipeline(_Ours):
             self.data_overrides.append(f"data.max_docs={source['max_docs']}")
 
     def train(self, X: sp.csr_matrix, Y: sp.csr_matrix, model_dir: Path) -> None:
-        from hydra import compose, initialize_config_dir
-
+        from xtransformer.configuration import compose
         from xtransformer.pipeline.run import run
 
         overrides = [
@@ -298,9 +297,7 @@ class OursPipeline(_Ours):
             f"paths.output_dir={model_dir}",
             *self.args.override,
         ]
-        with initialize_config_dir(config_dir=str(self.CONFIGS), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=overrides)
-        self.metrics = run(cfg)
+        self.metrics = run(compose(overrides, config_dir=str(self.CONFIGS)))
         self.n_labels = Y.shape[1]
         self.model_dir = model_dir
 

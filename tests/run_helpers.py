@@ -8,9 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-
-import xtransformer  # noqa: F401  (registers the configs' resolvers)
+from xtransformer.configuration import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -33,11 +31,7 @@ TINY = [
 
 def compose_run(overrides: list[str], tmp_path: Path):
     """The config of ``python train.py OVERRIDES`` with its cache and output under ``tmp_path``."""
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(
-            config_name="train",
-            overrides=[*overrides, f"paths.cache_dir={tmp_path / 'cache'}", f"paths.output_dir={tmp_path / 'run'}"],
-        )
+    return compose([*overrides, f"paths.cache_dir={tmp_path / 'cache'}", f"paths.output_dir={tmp_path / 'run'}"])
 
 
 def write_text_dataset(folder: Path, splits: dict[str, tuple[list[str], list[str]]], label_map=None, label_text=None):

@@ -47,7 +47,7 @@ from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
 from xtransformer.utils.io import save_csr
 
 KEYS = ("P@1", "P@3", "P@5", "R@5", "PSP@5")
-NR_SPLITS, MAX_LEAF_SIZE = 16, 100  # configs/xrlinear/default.yaml
+NR_SPLITS, MAX_LEAF_SIZE = 16, 100  # XRLinearConfig (configs/xrlinear): nr_splits, indexing.max_leaf_size
 MIN_TIMED_S = 3.0
 
 

@@ -13,23 +13,11 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from xtransformer.configuration import config_dir
 from xtransformer.errors import UserError
-
-
-def config_dir() -> str:
-    """The Hydra configs: shipped inside the installed package (copied there at build time, see
-    setup.py), else the checkout's top-level ``configs/`` (source tree / editable install)."""
-    shipped = resources.files("xtransformer") / "configs"
-    if shipped.is_dir() and (shipped / "train.yaml").is_file():
-        return str(shipped)
-    return str(Path(__file__).resolve().parents[2] / "configs")
-
-
-CONFIG_DIR = config_dir()
 
 
 class CLIError(ValueError):
@@ -77,46 +65,15 @@ def train_main(argv: Sequence[str] | None = None) -> None:
     """``xmc-train key=value ...``: the Hydra training job (``--help`` lists the config groups)."""
     import hydra
 
+    from xtransformer.configuration import composition_error, register
+
     if argv is not None:  # Hydra reads sys.argv itself
         sys.argv = [sys.argv[0], *argv]
     problem = composition_error(sys.argv[1:])
     if problem is not None and os.environ.get("HYDRA_FULL_ERROR") != "1":
         sys.exit(f"error: {problem}")
-    hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")(_train)()
-
-
-def composition_error(args: Sequence[str]) -> str | None:
-    """Hydra's complaint about the command line's overrides (an unknown key or option, a parse
-    error) as one line, or None when they compose. Hydra's own report spans several lines and ends
-    with a hint about HYDRA_FULL_ERROR; this one names the key and what it takes. Multirun sweeps
-    and Hydra's own flags are left to Hydra."""
-    import re
-
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException, MissingConfigException
-    from omegaconf.errors import OmegaConfBaseException
-
-    if any(a.startswith("-") for a in args):  # --multirun, --help, --config-name, ...
-        return None
-    overrides = [a for a in args if not re.match(r"^[+~]*hydra[./]", a)]
-    try:
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            compose(config_name="train", overrides=overrides)
-    except MissingConfigException as err:  # an option of a config group that does not exist
-        found = re.search(r"Could not find '([^/']+)/([^']+)'", str(err))
-        options = sorted(o for o in getattr(err, "options", None) or [] if not o.startswith("_"))
-        if found:
-            return f"{found.group(1)}={found.group(2)}: no such option of config group '{found.group(1)}'" + (
-                f"; available: {', '.join(options)}" if options else ""
-            )
-        return str(err).strip().splitlines()[0]
-    except (HydraException, OmegaConfBaseException) as err:
-        text = str(err).strip()
-        key = re.search(r"Could not override '([^']+)'", text)
-        if key and "not in struct" in f"{text} {err.__cause__}":
-            return f"{key.group(1)}: no such setting (`python train.py --help` lists them)"
-        return " ".join(line.strip() for line in text.splitlines() if line.strip())
-    return None
+    register()  # the records' base nodes, for Hydra (composition_error registers them only when it checks)
+    hydra.main(config_path=config_dir(), config_name="train", version_base="1.3")(_train)()
 
 
 # ---------------------------------------------------------------------------------------------- predict

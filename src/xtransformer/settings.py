@@ -12,7 +12,9 @@ Every stage's settings class derives from :class:`Settings`. Each field has a *r
 folders and loggers read them, never a hand-kept list of field names. ``from_mapping`` builds a
 record from a Hydra node, rejecting unknown keys and values of the wrong type with one line that
 names the key (``matcher.max_steps='abc': expected an int``); ``check`` holds each class's ranges,
-choices and cross-field rules.
+choices and cross-field rules. A record's defaults are also the defaults of its config group
+(``configuration.py`` generates the group's base node from them; a field's ``hydra`` metadata is the
+interpolation it takes there, such as the run's ``${seed}``).
 """
 
 from __future__ import annotations
@@ -36,18 +38,35 @@ class SettingsError(UserError):
     """A setting with a bad type or value; the message names the key, the value and what is allowed."""
 
 
-def predict_field(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+def train_field(default: Any = dataclasses.MISSING, *, hydra: str | None = None, **kwargs: Any) -> Any:
+    """A field that shapes the trained artifact: a plain default's role, spelled out to give ``hydra``."""
+    return _field(TRAIN, default, hydra, kwargs)
+
+
+def predict_field(default: Any = dataclasses.MISSING, *, hydra: str | None = None, **kwargs: Any) -> Any:
     """A field that only changes how a trained artifact is used (never part of a cache key)."""
-    return dataclasses.field(default=default, metadata={"role": PREDICT}, **kwargs)
+    return _field(PREDICT, default, hydra, kwargs)
 
 
-def run_field(default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+def run_field(default: Any = dataclasses.MISSING, *, hydra: str | None = None, **kwargs: Any) -> Any:
     """A bookkeeping field (names, threads, paths, progress): in neither record."""
-    return dataclasses.field(default=default, metadata={"role": RUN}, **kwargs)
+    return _field(RUN, default, hydra, kwargs)
+
+
+def _field(which: str, default: Any, hydra: str | None, kwargs: dict[str, Any]) -> Any:
+    """``hydra``: the value the field takes in a Hydra run instead of ``default``, an interpolation
+    such as ``${seed}`` (the run's seed) that the generated config node carries (configuration.py)."""
+    metadata = {"role": which} | ({"hydra": hydra} if hydra is not None else {})
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
 def role(f: dataclasses.Field) -> str:
     return f.metadata.get("role", TRAIN)
+
+
+def hydra_value(f: dataclasses.Field, value: Any) -> Any:
+    """What field ``f`` holding ``value`` is in a Hydra config node: its ``hydra`` interpolation, if any."""
+    return f.metadata.get("hydra", value)
 
 
 class Settings:

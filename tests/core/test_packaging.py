@@ -96,7 +96,7 @@ def test_installed_package_is_used_and_ships_its_configs(installed, tmp_path):
         [
             str(py),
             "-c",
-            "import xtransformer, xtransformer.cli as c; print(xtransformer.__file__); print(c.CONFIG_DIR)",
+            "import xtransformer, xtransformer.configuration as c; print(xtransformer.__file__); print(c.config_dir())",
         ],
         cwd=tmp_path,
         env=env,
@@ -106,6 +106,10 @@ def test_installed_package_is_used_and_ships_its_configs(installed, tmp_path):
     assert Path(config_dir, "train.yaml").is_file() and "site-packages" in config_dir
     help_text = _run([str(py), "-m", "xtransformer", "train", "--help"], cwd=tmp_path, env=env).stdout
     assert "method" in help_text and "matcher" in help_text
+    # the shipped option files extend the base nodes the records generate
+    probe = "from xtransformer.pipeline.settings import compose_settings as c; s = c('xrlinear=hard_negatives')"
+    probe += "; print(s.methods['xrlinear'].xrlinear.n_trees, s.methods['xrlinear'].xrlinear.model.added_max_iter)"
+    assert _run([str(py), "-c", probe], cwd=tmp_path, env=env).stdout.split()[-2:] == ["3", "2"]
 
 
 def test_installed_xmc_train_and_predict_from_any_directory(installed, tmp_path):

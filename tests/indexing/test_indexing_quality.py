@@ -11,6 +11,7 @@ import pytest
 import scipy.sparse as sp
 from omegaconf import OmegaConf
 
+from xtransformer.configuration import compose
 from xtransformer.indexing import (
     ClusterChain,
     IndexingConfig,
@@ -29,9 +30,9 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "indexing"
 
 
 def load_config(name: str) -> dict:
-    """A config group file as Hydra would place it (``${seed}`` resolves against the root)."""
-    root = OmegaConf.create({"seed": 0, "indexing": OmegaConf.load(CONFIG_DIR / f"{name}.yaml")})
-    return OmegaConf.to_container(root.indexing, resolve=True)
+    """The ``indexing=<name>`` node as a run composes it (the record's defaults, the option's own
+    values, train.yaml's for the default run; ``${seed}`` resolved)."""
+    return OmegaConf.to_container(compose([f"indexing={name}", "seed=0"]).indexing, resolve=True)
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,7 @@ def test_labels_without_positives_get_a_cluster(problem) -> None:
         assert chain.cluster_sizes.max() - chain.cluster_sizes.min() <= 1
 
 
-def test_yaml_configs_mirror_the_dataclass() -> None:
+def test_each_option_composes_into_the_record() -> None:
     fields = [f.name for f in dataclasses.fields(IndexingConfig)]
     files = sorted(CONFIG_DIR.glob("*.yaml"))
     assert {p.stem for p in files} == {"pifa_tfidf", "pifa_neural", "text_emb", "pifa_concat"}

@@ -347,18 +347,14 @@ def test_fused_adamw_still_clips_gradients(algorithm: str) -> None:
 
 def _compose(group: str, name: str) -> dict:
     """The ``group=name`` node as the main config composes it (root interpolations resolved)."""
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from xtransformer import resolvers
+    from xtransformer.configuration import compose
 
-    resolvers.register()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[f"{group}={name}"])
-        return OmegaConf.to_container(cfg[group], resolve=True)
+    return OmegaConf.to_container(compose([f"{group}={name}"])[group], resolve=True)
 
 
-def test_matcher_yaml_mirrors_dataclass() -> None:
+def test_matcher_options_compose_into_the_record() -> None:
     names = sorted(p.stem for p in (CONFIGS / "matcher").glob("*.yaml") if not p.stem.startswith("_"))
     expected = {
         "minilm",

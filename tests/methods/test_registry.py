@@ -5,15 +5,12 @@ with it, and its folder loads back as its class."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from xtransformer import XMCModel, methods
+from xtransformer.configuration import compose
 from xtransformer.model import ModelError
-
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.fixture
@@ -32,19 +29,17 @@ def test_a_registered_method_trains_through_the_run_and_loads_as_its_class(regis
     from xtransformer.pipeline.run import run
 
     tmp = registered
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(
-            config_name="train",
-            overrides=[
-                "method=popularity",
-                f"hydra.searchpath=[file://{tmp / 'configs'}]",
-                "data.max_docs=300",
-                "logger=none",
-                "tfidf.max_features=2000",
-                f"paths.cache_dir={tmp / 'cache'}",
-                f"paths.output_dir={tmp / 'run'}",
-            ],
-        )
+    cfg = compose(
+        [
+            "method=popularity",
+            f"hydra.searchpath=[file://{tmp / 'configs'}]",
+            "data.max_docs=300",
+            "logger=none",
+            "tfidf.max_features=2000",
+            f"paths.cache_dir={tmp / 'cache'}",
+            f"paths.output_dir={tmp / 'run'}",
+        ]
+    )
     metrics = run(cfg)
     assert metrics["method"] == "popularity" and metrics["stages"]["ran"] == [
         "documents",

@@ -15,10 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hydra import compose, initialize_config_dir
-from run_helpers import FIXTURES, ROOT
+from run_helpers import FIXTURES, compose_run
 
-import xtransformer  # noqa: F401  (registers the configs' resolvers)
 from xtransformer.model import FORMAT_VERSION, ModelError, XMCModel
 from xtransformer.utils.io import load_csr
 
@@ -73,11 +71,7 @@ def _moved_run(tmp_path_factory, overrides: list[str]) -> dict:
     from xtransformer.pipeline.run import run
 
     tmp = tmp_path_factory.mktemp("run")
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose(
-            config_name="train",
-            overrides=[*overrides, f"paths.cache_dir={tmp / 'cache'}", f"paths.output_dir={tmp / 'run'}"],
-        )
+    cfg = compose_run(overrides, tmp)
     from xtransformer.ranker import HierarchicalLinear, LinearForest
 
     def linear_models() -> list:

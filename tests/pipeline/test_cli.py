@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xtransformer.cli import config_dir
+from xtransformer.configuration import GROUPS, compose, config_dir
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -40,18 +40,13 @@ def test_configs_found_from_the_package_or_checkout():
 def test_train_help_lists_groups_and_every_top_level_setting():
     """``--help`` (configs/hydra/help/xmc.yaml) has one line per top-level setting: a setting added
     to train.yaml without a help line fails here."""
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    import xtransformer  # noqa: F401  (resolvers)
-
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose(config_name="train")
-    settings = [k for k, v in cfg.items() if not OmegaConf.is_config(v)]
+    settings = [k for k, v in compose().items() if not OmegaConf.is_config(v)]
     res = _run(str(Path(__file__).resolve().parents[2] / "train.py"), "seed=7", "--help")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    for group in ("data", "indexing", "matcher", "method", "ranker", "trainer", "logger", "calibration"):
+    for group in [*(g for g in GROUPS if g != "hydra"), "method", "experiment"]:
         assert any(line.startswith(f"{group}: ") for line in lines), group
     assert "matcher: " in res.stdout and "tiny_bert" in res.stdout
     for key in settings:
@@ -70,3 +65,39 @@ def test_predict_input_line_ends_and_bom(tmp_path, raw):
     path = tmp_path / "texts.txt"
     path.write_bytes(raw)
     assert list(read_lines(path)) == [(1, "oil up"), (2, "grain down")]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["ranker.no_such_key=1"], "ranker.no_such_key: no such setting (`python train.py --help` lists them)"),
+        (["xrtransformer.final.indexing.nope=1"], "xrtransformer.final.indexing.nope: no such setting"),
+        (["indexing.n_clusters.x=1"], "indexing.n_clusters.x: no such setting"),
+        (["cnn=nope"], "cnn=nope: no such option of config group 'cnn'; available: kimcnn, xmlcnn"),
+        (["+seed=3"], "Could not append to config. An item is already at 'seed'. Either remove + prefix: 'seed=3'"),
+        (["ranker.negatives"], "Error parsing override 'ranker.negatives' missing EQUAL at '<EOF>' See https://"),
+        (["table5=c0"], "Could not override 'table5'. No match in the defaults list."),
+        (["seed=0,1"], "Ambiguous value for argument 'seed=0,1' 1. To use it as a list"),
+        (["experiment=null"], "Config group override must be a string or a list. Got NoneType"),
+    ],
+)
+def test_composition_errors_are_one_line_naming_the_key_or_option(args, message):
+    from xtransformer.configuration import composition_error
+
+    assert composition_error(args).startswith(message)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["data=custom", "matcher=kimcnn", "cnn.lr=1", "+table5=c0"],  # group choices, then their keys
+        ["+ranker.extra=1", "ranker.extra=2"],  # a key added earlier on the line is there for the next
+        ["hydra/launcher=joblib", "hydra.run.dir=/tmp/x"],  # Hydra's own settings: left to Hydra
+        ["~indexing.n_clusters", "seed=abc"],  # types and values: the records' checks, later
+        ["-m", "no_such_key=1"],  # multirun: left to Hydra
+    ],
+)
+def test_overrides_that_compose_pass(args):
+    from xtransformer.configuration import composition_error
+
+    assert composition_error(args) is None

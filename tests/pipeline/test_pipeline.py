@@ -11,9 +11,10 @@ import time
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from run_helpers import CONFIGS, ROOT, TINY, compose_run
+
+from xtransformer.configuration import compose
 
 
 # A slice of Reuters and a tiny random BERT: the whole method in seconds.
@@ -42,10 +43,7 @@ def test_table5_rowscompose_run(tmp_path):
 @pytest.mark.parametrize("launcher", ["basic", "joblib", "slurm", "submitit_local"])
 def test_launcherscompose_run(tmp_path, launcher):
     """The sweep launchers: basic (default), joblib (local parallel), SLURM via submitit."""
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(
-            config_name="train", overrides=[f"hydra/launcher={launcher}", "trainer=ddp"], return_hydra_config=True
-        )
+    cfg = compose([f"hydra/launcher={launcher}", "trainer=ddp"], return_hydra_config=True)
     node = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
     assert launcher.split("_")[0].lower() in node["_target_"].lower()
     if launcher == "slurm":

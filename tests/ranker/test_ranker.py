@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-import yaml
 from model_helpers import dense_weights, with_bias
 from sklearn.linear_model import LogisticRegression
 from sklearn.svm import LinearSVC
@@ -499,22 +498,19 @@ def test_config_rejects_bad_values():
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-def test_yaml_configs_mirror_the_dataclasses():
-    from hydra import compose, initialize_config_dir
+def test_ranker_options_and_the_xrlinear_model_build_their_records():
+    from xtransformer.configuration import compose
 
-    fields = [f.name for f in dataclasses.fields(RankerConfig)]
-    assert list(yaml.safe_load((CONFIGS / "ranker" / "_defaults.yaml").read_text())) == ["_target_", *fields]
-    names = sorted(p.stem for p in (CONFIGS / "ranker").glob("*.yaml") if not p.stem.startswith("_"))
+    names = sorted(p.stem for p in (CONFIGS / "ranker").glob("*.yaml"))
     assert {"tfidf_tfn", "tfidf_neural_tfn", "tfidf_neural_tfn_man"} <= set(names)
-    with initialize_config_dir(config_dir=str(CONFIGS / "ranker"), version_base=None):
-        for name in names:
-            cfg = RankerConfig.from_mapping(compose(config_name=name))
-            assert cfg.name == name
+    for name in names:
+        cfg = RankerConfig.from_mapping(compose([f"ranker={name}"]).ranker)
+        assert cfg.name == name
     # the pipeline's XR-Linear model settings: every field of its dataclass, and nothing else
-    xr_model = yaml.safe_load((CONFIGS / "xrlinear" / "default.yaml").read_text())["model"]
-    assert set(xr_model) == {f.name for f in dataclasses.fields(HierarchicalLinearConfig)} - {"name"}
+    xr_model = compose(["method=xrlinear"]).xrlinear.model
+    assert set(xr_model) == {f.name for f in dataclasses.fields(HierarchicalLinearConfig)}
     own = {"added_reach", "added_negatives", "added_max_iter"}  # the tree model's own settings
-    assert set(xr_model) - set(fields) == own
+    assert set(xr_model) - {f.name for f in dataclasses.fields(RankerConfig)} == own
     assert HierarchicalLinearConfig.from_mapping(xr_model, "xrlinear.model").features == "tfidf"
 
 

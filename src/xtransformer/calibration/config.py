@@ -1,4 +1,4 @@
-"""The ``calibration`` settings group (``configs/calibration/*.yaml``) and the decision settings.
+"""The ``calibration`` config group's record and the decision settings.
 
 :class:`DecisionSettings` is how a calibrated model turns probabilities into a label set: prediction
 settings, the folder's defaults, overridable per call (``model.predict(texts, threshold=0.4)``,
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xtransformer.settings import Settings, predict_field, run_field
+from xtransformer.settings import Settings, predict_field, run_field, train_field
 
 if TYPE_CHECKING:
     from xtransformer.data.inputs import LabeledData
@@ -32,11 +32,11 @@ class DecisionSettings(Settings):
     on the held-out documents; ``threshold`` for labels with too few of them). Then a document gets
     at least ``min_labels`` (its most probable ones) and at most ``max_labels`` (None: no cap)."""
 
-    decision: str = predict_field("topk")
-    # None (configs only): the threshold that maximises micro-F1 on the held-out documents
+    decision: str = predict_field("topk")  # topk | threshold | per_label
+    # a probability in [0, 1]; None (configs only): the one that maximises micro-F1 on the held-out documents
     threshold: float | None = predict_field(None)
-    min_labels: int = predict_field(0)
-    max_labels: int | None = predict_field(None)
+    min_labels: int = predict_field(0)  # a document's most probable labels it always gets
+    max_labels: int | None = predict_field(None)  # at most this many labels a document; None: no cap but topk
 
     def check(self) -> None:
         if self.decision not in DECISIONS:
@@ -56,19 +56,21 @@ class DecisionSettings(Settings):
 
 @dataclass
 class CalibrationConfig(DecisionSettings):
-    """Mirrors ``configs/calibration/*.yaml``: a calibrator per method, fitted on ``holdout`` training
-    documents no model of the run trains on (chosen with ``seed``); ``method`` ``none`` (the default:
-    no calibrator, every training document trains), ``platt`` (logistic on ``features``) or
+    """The ``calibration`` group: a calibrator per method, fitted on ``holdout`` training documents no
+    model of the run trains on (chosen with ``seed``); ``method`` ``none`` (the default: no
+    calibrator, every training document trains), ``platt`` (logistic on ``features``) or
     ``isotonic`` (monotone steps on the score). Per-label thresholds are tuned for labels with at
     least ``min_positives`` held-out positives."""
 
     where = "calibration"
 
-    method: str = "none"
-    holdout: int = 0  # training documents held out of every model of the run, to fit the calibrators on
-    seed: int = 0
+    method: str = "none"  # none | platt (logistic on features) | isotonic (monotone steps on the score)
+    # training documents held out of every model of the run, to fit the calibrators on (each trained
+    # model scores them once)
+    holdout: int = 0
+    seed: int = train_field(0, hydra="${seed}")  # which documents are held out (the run's seed)
     features: str = "score+rank"  # platt: the label's score, and its rank among the document's labels
-    min_positives: int = 10
+    min_positives: int = 10  # a label with fewer held-out positives keeps the global threshold (per_label)
     bins: int = run_field(15)  # reliability diagram and expected calibration error (reported only)
 
     def check(self) -> None:

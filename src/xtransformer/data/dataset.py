@@ -43,15 +43,18 @@ SPLITS = ("train", "dev", "test")
 
 @dataclass
 class DataConfig(Settings):
-    """Mirrors ``configs/data/*.yaml``. Where the files are is a run setting (the data's key is
+    """The ``data`` config group's record. Where the files are is a run setting (the data's key is
     its content); what is read from them, and how, is a training setting."""
 
     where = "data"
     error = DataError
 
     name: str = "reuters21578"
-    path: str | None = run_field(None)  # dataset folder; default <data_dir>/<name>
-    data_dir: str | None = run_field(None)  # default $XMC_DATA_DIR, else ../shared/data
+    # dataset folder; default <data_dir>/<name>. A data option must give it (??? in the group's base
+    # node; OmegaConf merges no ??? over a value): null for a known dataset, a folder for data=custom
+    path: str | None = run_field(None, hydra="???")
+    # default $XMC_DATA_DIR, else ../shared/data
+    data_dir: str | None = run_field(None, hydra="${oc.env:XMC_DATA_DIR,null}")
     format: str = "auto"  # auto | text | xc | npz
     dev_fraction: float = 0.1  # carved from train when the dataset has no dev split
     dev_seed: int = 0

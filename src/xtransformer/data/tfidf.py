@@ -47,7 +47,7 @@ _SKIP = {"vocabulary", "dtype", "input", "tokenizer", "preprocessor", "analyzer"
 
 @dataclass
 class TfidfConfig(Settings):
-    """Mirrors ``configs/tfidf/default.yaml``."""
+    """The ``tfidf`` config group's record: word uni+bigram TF-IDF, sublinear tf, l2-normalised rows."""
 
     where = "tfidf"
     error = DataError

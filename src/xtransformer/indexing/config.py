@@ -1,4 +1,4 @@
-"""Label indexing settings (``IndexingConfig``, mirrored by ``configs/indexing/*.yaml``) and their checks."""
+"""Label indexing settings (``IndexingConfig``, the ``indexing`` config group's record) and their checks."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from xtransformer.indexing.errors import IndexingError
 from xtransformer.indexing.kmeans import resolve_n_clusters
 from xtransformer.indexing.representations import ORPHAN_FALLBACKS, parse_representation
 from xtransformer.ranker.copies import MERGES
-from xtransformer.settings import Settings, run_field
+from xtransformer.settings import Settings, run_field, train_field
 
 
 @dataclass
 class IndexingConfig(Settings):
-    """Mirrors ``configs/indexing/{pifa_tfidf,pifa_neural,text_emb,pifa_concat}.yaml`` one-to-one."""
+    """The label tree: a representation (``name``: ``configs/indexing/<name>.yaml`` picks one), then
+    balanced k-means; its defaults are the ``indexing`` group's base node."""
 
     where = "indexing"
     error = IndexingError
@@ -24,7 +25,7 @@ class IndexingConfig(Settings):
     max_leaf_size: int | None = None  # alternative to n_clusters: smallest power of two fitting it (PECOS)
     branching: int = 2  # children per split of the k-means tree
     max_iter: int = 20  # assignments per split (PECOS's kmeans_max_iter)
-    seed: int = 0
+    seed: int = train_field(0, hydra="${seed}")  # the run's seed
     normalize_y_rows: bool = True  # PIFA weights documents by 1/sqrt(#labels), as PECOS
     orphan_fallback: str = "auto"  # labels without positives: auto | text_neighbour | random_label | none
     threads: int | None = run_field(None)  # null: all CPUs available to the process

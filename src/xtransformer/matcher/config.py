@@ -1,4 +1,4 @@
-"""Matcher settings, mirrored one-to-one by ``configs/matcher/*.yaml``."""
+"""Matcher settings: the ``matcher`` config group's record (its defaults are the group's base node)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from xtransformer.encoders import POOLINGS
 from xtransformer.errors import UserError
-from xtransformer.settings import Settings, predict_field, run_field
+from xtransformer.settings import Settings, predict_field, run_field, train_field
 
 EMBEDDING_DTYPES = ("float32", "float16")
 # transformer: the encoder below, fine-tuned; cnn: X-Transformer's matcher is the `cnn` group's text CNN
@@ -36,25 +36,29 @@ class MatcherConfig(Settings):
     error = MatcherConfigError
 
     name: str = run_field("custom")  # display name of the config option (runs, W&B, tables); not a setting
-    architecture: str = "transformer"  # transformer | cnn (X-Transformer only: the `cnn` group's network)
+    # transformer: the encoder below, fine-tuned | cnn: the `cnn` group's text CNN (X-Transformer only:
+    # matcher=kimcnn, xmlcnn)
+    architecture: str = "transformer"
+    # an alias (minilm, mpnet), a local folder (config.json), tiny:<bert|roberta|xlnet>, or a Hugging Face
+    # id in the local cache
     model_name_or_path: str = "minilm"
-    pooling: str = "auto"  # auto | cls | last | mean; auto: by model family
-    max_length: int = 128  # tokens per document while fine-tuning
+    pooling: str = "auto"  # auto | cls | last | mean; auto: XLNet last, BERT/RoBERTa cls, sentence-transformers mean
+    max_length: int = 128  # tokens per document while fine-tuning (the paper's T = 128)
     truncate_chars: int | None = None  # characters kept before tokenising; None: the whole text
     # tokens per document when the fine-tuned encoder embeds (the ranker's features, the top-b
     # shortlist, prediction); null: max_length. Reading more of each document than fine-tuning did
     # costs only inference time (experiment=eurlex57k_xr_ensemble reads 256 after fine-tuning on 128)
     embed_max_length: int | None = predict_field(None)
-    batch_size: int = 32
+    batch_size: int = 32  # per device
     eval_batch_size: int = run_field(128)
-    lr: float = 5e-5
-    head_lr: float | None = None  # None: same as lr
-    weight_decay: float = 0.01
+    lr: float = 5e-5  # the encoder's
+    head_lr: float | None = None  # the Linear(H, K) head's; None: same as lr
+    weight_decay: float = 0.01  # not applied to biases / LayerNorm
     adam_eps: float = 1e-8
-    warmup_ratio: float = 0.1
-    max_steps: int = 300  # -1: train by max_epochs
+    warmup_ratio: float = 0.1  # linear warmup, then linear decay to 0
+    max_steps: int = 300  # optimizer steps; -1: train by max_epochs
     max_epochs: int | None = None
-    grad_clip: float | None = 1.0
+    grad_clip: float | None = 1.0  # gradient norm clipping; None: off
     # every dropout of the encoder (hidden and attention) while fine-tuning; null: the model's own
     # (0.1 for BERT / MiniLM / MPNet). On a CPU, attention dropout keeps SDPA off its fused kernel
     # and draws a random number per attention weight (experiments/dropout).
@@ -62,21 +66,21 @@ class MatcherConfig(Settings):
     accumulate_grad_batches: int = 1
     val_every_n_steps: int | None = run_field(None)  # None: validate at the end of each epoch
     limit_val_batches: float = run_field(1.0)
-    topb: int = predict_field(20)  # clusters shortlisted per document
-    save_embeddings_dtype: str = predict_field("float32")
-    normalize_embeddings: bool = predict_field(False)
+    topb: int = predict_field(20)  # clusters kept per document (the shortlist, matcher-aware negatives)
+    save_embeddings_dtype: str = predict_field("float32")  # float32 | float16
+    normalize_embeddings: bool = predict_field(False)  # l2-normalise the saved embeddings
     inference_precision: str | None = predict_field(None)  # None: the trainer's precision
     checkpoint_every_n_steps: int = run_field(50)
     keep_checkpoints: bool = run_field(True)
     num_workers: int = run_field(0)
-    cache_dir: str | None = run_field(
-        None
-    )  # tokenisation / model cache; None: the project cache ($XMC_CACHE_DIR or ./cache)
+    # tokens and assembled models (in no cache key); None: the project cache ($XMC_CACHE_DIR or ./cache),
+    # in a run paths.cache_dir
+    cache_dir: str | None = run_field(None, hydra="${paths.cache_dir}")
     progress: bool = run_field(True)
-    seed: int = 0
+    seed: int = train_field(0, hydra="${seed}")  # the run's seed
     # XR-Transformer's per-level schedule (coarse to fine; ignored by the single-level matcher).
-    # level_steps: optimizer steps per fine-tuned level; null: max_steps split 1 : 2 : ... : T.
-    # level_lr / level_warmup_ratio: per level; null: lr / warmup_ratio at every level.
+    # level_steps: optimizer steps per fine-tuned level, e.g. [200, 300, 500]; null: max_steps split
+    # 1 : 2 : ... : T. level_lr / level_warmup_ratio: per level; null: lr / warmup_ratio at every level.
     level_steps: list[int] | None = None
     level_lr: list[float] | None = None
     level_warmup_ratio: list[float] | None = None

@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from xtransformer import methods as registry
 from xtransformer.calibration import CalibrationConfig
+from xtransformer.configuration import GROUPS
 from xtransformer.context import TrainerConfig
 from xtransformer.data import DataConfig
 from xtransformer.ensemble import METHODS as ENSEMBLE_METHODS
@@ -117,23 +118,6 @@ class _TopLevel(Settings):
             raise self.bad("model_scale", "expected 'full' or 'small'")
 
 
-GROUPS = (
-    "data",
-    "tfidf",
-    "indexing",
-    "matcher",
-    "ranker",
-    "xrlinear",
-    "xrtransformer",
-    "cnn",
-    "calibration",
-    "trainer",
-    "logger",
-    "paths",
-    "hydra",
-)
-
-
 def groups(plain: Mapping[str, Any]) -> set[str]:
     """The config's groups: the suite's own, and the sections of the main method's settings record
     (a method added to the registry may bring a group of its own)."""
@@ -198,13 +182,9 @@ def compose_settings(*overrides: str) -> RunSettings:
     s = compose_settings("method=xrtransformer", "data=eurlex57k")
     XRTransformer.fit(texts, labels, s.main, context=TrainContext(trainer=s.trainer, lightning=s.lightning))
     """
-    from hydra import compose, initialize_config_dir
+    from xtransformer.configuration import compose
 
-    from xtransformer.cli import CONFIG_DIR
-
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="train", overrides=["paths.output_dir=.", *overrides])
-    return run_settings(cfg)
+    return run_settings(compose(["paths.output_dir=.", *overrides]))
 
 
 def method_settings(name: str, plain: Mapping[str, Any]) -> Settings:

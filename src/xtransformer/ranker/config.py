@@ -1,4 +1,4 @@
-"""Ranker settings: ``RankerConfig`` (mirrors ``configs/ranker/*.yaml``) and ``HierarchicalLinearConfig``.
+"""Ranker settings: ``RankerConfig`` (the ``ranker`` config group's record) and ``HierarchicalLinearConfig``.
 
 Solver defaults follow PECOS/LIBLINEAR (squared hinge by dual coordinate descent, Cp = Cn = 1,
 bias 1, eps 0.1, at most 100 passes, prune |w| < 0.1). With ``loss="logistic"`` the solver is a
@@ -111,8 +111,8 @@ class HierarchicalLinearConfig(RankerConfig):
     added_negatives: str = run_field("all")
     # dual CD passes at most for labels added to the trained model (and max_iter): their one-vs-all problems
     # cost about a pass over every document each. The fewest within 0.3 of retraining on EURLEX57K's held-out
-    # training documents: XR-Linear's config sets 2, XR-Transformer's 5 (experiments/label_growth); a folder
-    # saved before the setting keeps 100, as training. Shapes only `add_labels`
+    # training documents: XRLinearConfig's model sets 2, XR-Transformer's final model 5 (experiments/label_growth);
+    # a folder saved before the setting keeps 100, as training. Shapes only `add_labels`
     added_max_iter: int = run_field(100)
 
     def check(self) -> None:

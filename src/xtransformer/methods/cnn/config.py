@@ -1,11 +1,11 @@
-"""The CNN baselines' settings, mirrored by ``configs/cnn/*.yaml`` (the published recipes)."""
+"""The CNN baselines' settings: the ``cnn`` config group's record (Kim-CNN's published recipe its defaults)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from xtransformer.errors import UserError
-from xtransformer.settings import Settings, predict_field, run_field
+from xtransformer.settings import Settings, predict_field, run_field, train_field
 
 EMBEDDINGS = ("encoder", "random")
 
@@ -23,37 +23,39 @@ class CNNConfig(Settings):
     where = "cnn"
     error = CNNConfigError
 
-    name: str = run_field("kimcnn")  # display name of the config option
-    embeddings: str = "encoder"  # encoder: ``encoder``'s input-embedding table; random: N(0, 1) rows
-    encoder: str = "minilm"  # the tokenizer (and, with embeddings: encoder, the table) of this model
+    name: str = run_field("kimcnn")  # display name of the config option (runs, W&B, tables)
+    embeddings: str = "encoder"  # encoder: ``encoder``'s input-embedding table; random: N(0, 1) rows of embed_dim
+    encoder: str = "minilm"  # the tokenizer (and, with embeddings: encoder, the word table) of this model
     embed_dim: int = 300  # width of random embeddings (an encoder's table has its own)
-    max_length: int = 500  # tokens read per document
+    max_length: int = 500  # tokens read per document (training and prediction)
     truncate_chars: int | None = None  # characters kept before tokenising; None: the whole text
-    filter_widths: list[int] = field(default_factory=lambda: [8])
+    filter_widths: list[int] = field(default_factory=lambda: [8])  # one convolution per width
     feature_maps: int = 1024  # per filter width
-    pooling_chunks: int = 1  # values kept per feature map (1: max pooling over the sequence)
+    # values kept per feature map: 1 is max pooling over the sequence, more is XML-CNN's dynamic max pooling
+    pooling_chunks: int = 1
     bottleneck: int = 0  # width of the layer between pooling and output (0: none)
-    embed_dropout: float = 0.0
+    embed_dropout: float = 0.0  # on the word embeddings
     dropout: float = 0.4  # on the pooled features (and on the bottleneck's output)
-    lr: float = 3e-4
-    weight_decay: float = 0.0
+    lr: float = 3e-4  # AdamW, linear decay to 0 over the run (in place of early stopping on dev)
+    weight_decay: float = 0.0  # not applied to biases nor to the word embeddings
     adam_eps: float = 1e-8
     warmup_ratio: float = 0.0
     batch_size: int = 16
-    max_steps: int = -1  # -1: train by max_epochs
+    max_steps: int = -1  # optimizer steps; -1: train by max_epochs
     max_epochs: int | None = 50
-    grad_clip: float | None = None
+    grad_clip: float | None = None  # gradient norm clipping; None: off
     accumulate_grad_batches: int = 1
-    seed: int = 0
+    seed: int = train_field(0, hydra="${seed}")  # the run's seed
     topk: int = predict_field(20)  # labels kept per document
-    inference_precision: str | None = predict_field(None)  # None: the trainer's precision
+    inference_precision: str | None = predict_field(None)  # prediction autocast; None: the trainer's precision
     eval_batch_size: int = run_field(64)
-    checkpoint_every_n_steps: int = run_field(500)
+    checkpoint_every_n_steps: int = run_field(500)  # a killed run resumes from the last of these
     keep_checkpoints: bool = run_field(True)
-    val_every_n_steps: int | None = run_field(None)  # None: validate at the end of each epoch
+    # dev scores while training (reported, never chosen on); None: at the end of each epoch
+    val_every_n_steps: int | None = run_field(None)
     limit_val_batches: float = run_field(1.0)
     num_workers: int = run_field(0)
-    cache_dir: str | None = run_field(None)
+    cache_dir: str | None = run_field(None)  # token cache; None: the run's cache
     progress: bool = run_field(True)
 
     def check(self) -> None:

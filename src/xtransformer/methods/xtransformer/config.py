@@ -1,4 +1,4 @@
-"""X-Transformer's settings: the groups ``XTransformer.fit`` reads, each mirrored by ``configs/<group>``."""
+"""X-Transformer's settings: the groups ``XTransformer.fit`` reads, each one a config group's record."""
 
 from __future__ import annotations
 
