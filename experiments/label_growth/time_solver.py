@@ -10,7 +10,7 @@ training documents, as ``add_labels`` does with ``added_negatives: all``. ``--fi
 seconds and a checksum of the weights, so that two builds of the compiled loops can be compared
 (the commit recorded is that of the imported ``xtransformer``: run it with another checkout's
 ``src`` on ``PYTHONPATH``, its loops built with ``python setup.py build_ext --inplace``, to time
-that checkout's solver).
+that checkout's solver; a checkout from before ``xtransformer.api`` cannot serve).
 """
 
 from __future__ import annotations
