@@ -1,9 +1,9 @@
 """Our hierarchical balanced k-means vs libpecos's ``HierarchicalKMeans`` on the same PIFA.
 
-    python benchmarks/bench_indexing.py                          # EURLEX57K, 3 interleaved repeats
-    python benchmarks/bench_indexing.py --dataset reuters21578 --repeats 5
-    python benchmarks/bench_indexing.py --synthetic 500000x100000 --repeats 1   # scale + peak RSS
-    python benchmarks/bench_indexing.py --synthetic 500000x100000 --pecos-synthetic
+    python -m benchmarks.bench_indexing                          # EURLEX57K, 3 interleaved repeats
+    python -m benchmarks.bench_indexing --dataset reuters21578 --repeats 5
+    python -m benchmarks.bench_indexing --synthetic 500000x100000 --repeats 1   # scale + peak RSS
+    python -m benchmarks.bench_indexing --synthetic 500000x100000 --pecos-synthetic
 
 Dataset mode builds PIFA once from our data layer's TF-IDF (``label_representation("pifa_tfidf",
 orphan_fallback="none")``: labels without training documents keep zero rows, as PECOS's PIFA),
@@ -14,7 +14,7 @@ both get the same threads and seed, and ours the same K (``max_leaf_size=100``).
 clustering call is timed on both sides (not loading). Repeats interleave the two systems because
 the machine is shared: read the per-repeat ratio more than the absolute seconds.
 
-Synthetic mode makes a planted-cluster PIFA (``xtransformer.indexing.synthetic``), then runs ours
+Synthetic mode makes a planted-cluster PIFA (``xtransformer.api.planted_label_features``), then runs ours
 (and optionally PECOS) in a fresh subprocess each, reporting seconds and the child's peak RSS
 (``VmHWM``: interpreter + libraries + the loaded matrix + clustering).
 
@@ -37,18 +37,17 @@ import scipy.sparse as sp
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
-sys.path.insert(0, str(BENCH_DIR))
 WORK = BENCH_DIR / "work" / "indexing"
 PECOS_PY = BENCH_DIR / ".venvs" / "pecos" / "bin" / "python"
 QUIET_ENV = {"WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
-# Child programs: load the npz, time one clustering call, save leaf codes, print a JSON line.
+# Child programs, run from the repository root: load the npz, time one clustering call, save leaf
+# codes, print a JSON line.
 PECOS_CHILD = """
-import json, sys, time
+import json, time
 import numpy as np, scipy.sparse as sp
-sys.path.insert(0, {bench!r})
-from phases import vm_hwm_mb
+from benchmarks.phases import vm_hwm_mb
 from pecos.xmc import Indexer
 P = sp.load_npz({npz!r}).tocsr().astype(np.float32)
 t, c = time.perf_counter(), time.process_time()
@@ -59,11 +58,10 @@ sizes = [int(c.shape[0]) for c in chain]
 print(json.dumps({{"seconds": dt, "cpu_seconds": dc, "level_sizes": sizes, "peak_rss_mb": vm_hwm_mb()}}))
 """
 OURS_CHILD = """
-import json, sys, time
+import json, time
 import numpy as np, scipy.sparse as sp
-sys.path.insert(0, {bench!r})
-from phases import vm_hwm_mb
-from xtransformer.indexing import hierarchical_kmeans
+from benchmarks.phases import vm_hwm_mb
+from xtransformer.api import hierarchical_kmeans
 P = sp.load_npz({npz!r}).tocsr()
 t, c = time.perf_counter(), time.process_time()
 chain = hierarchical_kmeans(P, n_clusters={k}, max_leaf_size={leaf}, threads={threads}, seed={seed})
@@ -81,7 +79,7 @@ def child_env(threads: int) -> dict[str, str]:
 
 def run_child(python: Path | str, code: str, threads: int, timeout: float) -> dict:
     proc = subprocess.run(
-        [str(python), "-c", code], capture_output=True, text=True, env=child_env(threads), timeout=timeout
+        [str(python), "-c", code], capture_output=True, text=True, env=child_env(threads), timeout=timeout, cwd=ROOT
     )
     if proc.returncode != 0:
         raise RuntimeError(f"child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -90,12 +88,11 @@ def run_child(python: Path | str, code: str, threads: int, timeout: float) -> di
 
 def build_pifa(dataset: str) -> tuple[Path, sp.csr_matrix, dict]:
     """PIFA-TF-IDF of the training split, cached as npz; also returns Y_train."""
-    from xtransformer.data import load_dataset, tfidf_features
-    from xtransformer.indexing import label_representation
+    from xtransformer.api import LabeledData, label_representation, load_dataset, tfidf_features
 
     ds = load_dataset(dataset)
     Y = ds.splits["train"].Y
-    path = WORK / f"{ds.name}_pifa_{ds.source_key[:12]}.npz"
+    path = WORK / f"{ds.name}_pifa_{LabeledData.from_split(ds, 'train').key[:12]}.npz"  # the training data's content
     if not path.is_file():
         X = tfidf_features(ds)["train"]
         P, _ = label_representation("pifa_tfidf", Y, X_tfidf=X, orphan_fallback="none")
@@ -113,7 +110,7 @@ def build_pifa(dataset: str) -> tuple[Path, sp.csr_matrix, dict]:
 
 
 def bench_dataset(args: argparse.Namespace) -> dict:
-    from xtransformer.indexing import centroid_cosine, cooccurrence_purity, hierarchical_kmeans, random_balanced_codes
+    from xtransformer.api import centroid_cosine, cooccurrence_purity, hierarchical_kmeans, random_balanced_codes
 
     path, Y, info = build_pifa(args.dataset)
     P = sp.load_npz(path).tocsr()
@@ -136,9 +133,7 @@ def bench_dataset(args: argparse.Namespace) -> dict:
                 codes[system], meta[system] = chain.leaf_codes, {"level_sizes": chain.level_sizes}
             else:
                 threads = 1 if system == "pecos-1thread" else args.threads
-                code = PECOS_CHILD.format(
-                    bench=str(BENCH_DIR), npz=str(path), threads=threads, seed=args.seed, codes=str(pecos_codes)
-                )
+                code = PECOS_CHILD.format(npz=str(path), threads=threads, seed=args.seed, codes=str(pecos_codes))
                 out = run_child(PECOS_PY, code, threads, args.timeout)
                 rows[system].append(out["seconds"])
                 cpu[system].append(out["cpu_seconds"])
@@ -167,8 +162,7 @@ def bench_dataset(args: argparse.Namespace) -> dict:
 
 
 def bench_synthetic(args: argparse.Namespace) -> dict:
-    from xtransformer.indexing import default_n_clusters
-    from xtransformer.indexing.synthetic import planted_label_features
+    from xtransformer.api import default_n_clusters, planted_label_features
 
     n_labels, n_features = (int(v) for v in args.synthetic.lower().split("x"))
     k = args.n_clusters or default_n_clusters(n_labels)
@@ -189,7 +183,6 @@ def bench_synthetic(args: argparse.Namespace) -> dict:
         for system in systems:
             if system == "ours":
                 code = OURS_CHILD.format(
-                    bench=str(BENCH_DIR),
                     npz=str(path),
                     k=k,
                     leaf=None,
@@ -201,7 +194,6 @@ def bench_synthetic(args: argparse.Namespace) -> dict:
             else:
                 leaf = int(np.ceil(n_labels / k))  # PECOS picks K through max_leaf_size
                 code = PECOS_CHILD.format(
-                    bench=str(BENCH_DIR),
                     npz=str(path),
                     threads=args.threads,
                     seed=args.seed,

@@ -1,10 +1,10 @@
 """Matcher benchmarks on this machine (CPU): loop overhead, fp32 vs bf16 speed, Reuters recall.
 
-    python benchmarks/bench_matcher.py loop                      # Lightning vs bare PyTorch loop, MiniLM
-    python benchmarks/bench_matcher.py loop --model tiny:bert --batch-size 4 --max-length 16 --steps 100 \
+    python -m benchmarks.bench_matcher loop                      # Lightning vs bare PyTorch loop, MiniLM
+    python -m benchmarks.bench_matcher loop --model tiny:bert --batch-size 4 --max-length 16 --steps 100 \
         --warmup 5 --repeats 4                                   # ~20 ms steps: Lightning's fixed cost per step
-    python benchmarks/bench_matcher.py speed                     # train steps/s + docs/s, fp32 vs bf16
-    python benchmarks/bench_matcher.py reuters --steps 300       # cluster recall@b: untrained vs trained
+    python -m benchmarks.bench_matcher speed                     # train steps/s + docs/s, fp32 vs bf16
+    python -m benchmarks.bench_matcher reuters --steps 300       # cluster recall@b: untrained vs trained
 
 ``loop`` trains the same module (same seed, same initial weights) on the same batches (the
 matcher's own DataModule, same order) with the same AdamW groups, warmup/decay schedule, gradient
@@ -51,8 +51,7 @@ def reuters_problem(
     n_clusters: int, seed: int = 0
 ) -> tuple[dict[str, list[str]], dict[str, sp.csr_matrix], sp.csr_matrix]:
     """Reuters-21578 texts / labels and a PIFA-TF-IDF balanced k-means label clustering (L x K)."""
-    from xtransformer.data import load_dataset, tfidf_features
-    from xtransformer.indexing import hierarchical_kmeans, label_representation
+    from xtransformer.api import hierarchical_kmeans, label_representation, load_dataset, tfidf_features
 
     ds = load_dataset("reuters21578")
     X = tfidf_features(ds)
@@ -64,7 +63,7 @@ def reuters_problem(
 
 
 def matcher_config(args: argparse.Namespace, **overrides: Any) -> Any:
-    from xtransformer.matcher import MatcherConfig
+    from xtransformer.api import MatcherConfig
 
     values = {
         "model_name_or_path": args.model,
@@ -86,9 +85,7 @@ def build(args: argparse.Namespace, cfg: Any, texts: dict, Y: dict, C: sp.csr_ma
     """(MatcherModule, set-up MatcherDataModule) with the initial weights fixed by the seed."""
     import lightning.pytorch as pl
 
-    from xtransformer.encoders import resolve_model
-    from xtransformer.matcher.datamodule import MatcherDataModule
-    from xtransformer.matcher.module import MatcherModule, TrainOptions
+    from xtransformer.api import MatcherDataModule, MatcherModule, TrainOptions, resolve_model
 
     corpus = texts["train"] if args.model.startswith("tiny:") else None
     base = resolve_model(args.model, corpus=corpus)
@@ -113,9 +110,7 @@ def steps_per_second(stamps: list[float], warmup: int) -> float:
 
 def bare_loop(module: Any, loader: Any, steps: int, precision: str, grad_clip: float | None) -> list[float]:
     """The same optimisation as Lightning's automatic loop, written out by hand."""
-    from xtransformer.encoders import autocast_context
-    from xtransformer.matcher.loss import squared_hinge_loss
-    from xtransformer.training import LinearWarmupDecay
+    from xtransformer.api import LinearWarmupDecay, autocast_context, squared_hinge_loss
 
     module.train()
     optimizer = torch.optim.AdamW(module.param_groups(), lr=module.hparams.lr, eps=module.hparams.adam_eps)
@@ -205,7 +200,7 @@ def cmd_loop(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def encode_speed(module: Any, tokens: Any, precision: str, batch_size: int) -> float:
-    from xtransformer.matcher.inference import EncodeOptions, predict_tokens
+    from xtransformer.api import EncodeOptions, predict_tokens
 
     start = time.perf_counter()
     predict_tokens(module, tokens, EncodeOptions(batch_size=batch_size, topb=1, precision=precision, progress=False))
@@ -234,7 +229,7 @@ def cmd_speed(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _subset(tokens: Any, rows: np.ndarray) -> Any:
-    from xtransformer.matcher.datamodule import TokenizedTexts
+    from xtransformer.api import TokenizedTexts
 
     lengths = tokens.lengths[rows]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -244,7 +239,7 @@ def _subset(tokens: Any, rows: np.ndarray) -> Any:
 
 def recall_at(topb: sp.csr_matrix, targets: sp.csr_matrix, bs: list[int]) -> dict[str, float]:
     """recall@b for each b from one shortlist of the top max(bs) scores per row."""
-    from xtransformer.matcher import topb_recall
+    from xtransformer.api import topb_recall
 
     out = {}
     n = topb.shape[0]
@@ -263,11 +258,17 @@ def recall_at(topb: sp.csr_matrix, targets: sp.csr_matrix, bs: list[int]) -> dic
 def cmd_reuters(args: argparse.Namespace) -> dict[str, Any]:
     import lightning.pytorch as pl
 
-    from xtransformer import StageCache, TrainContext, TrainerConfig
-    from xtransformer.data.inputs import LabeledData
-    from xtransformer.matcher import fine_tune_matcher
-    from xtransformer.matcher.datamodule import instance_cluster_targets
-    from xtransformer.matcher.inference import EncodeOptions, LoadedMatcher, predict_tokens
+    from xtransformer.api import (
+        EncodeOptions,
+        LabeledData,
+        LoadedMatcher,
+        StageCache,
+        TrainContext,
+        TrainerConfig,
+        fine_tune_matcher,
+        instance_cluster_targets,
+        predict_tokens,
+    )
 
     texts, Y, C = reuters_problem(args.clusters, args.seed)
     targets = instance_cluster_targets(Y["test"], C)

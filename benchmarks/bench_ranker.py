@@ -2,21 +2,21 @@
 
 Usage (from the repository root)::
 
-    python benchmarks/bench_ranker.py --dataset eurlex57k [--threads 2] [--beam 10]
+    python -m benchmarks.bench_ranker --dataset eurlex57k [--threads 2] [--beam 10]
 
 The driver (system python) builds TF-IDF with our data layer, writes the train/dev matrices as
 ``.npz`` into a work folder, then runs two workers one after the other, each in its own process so
 that their peak RSS and wall times are measured the same way:
 
-* the PECOS worker (this same file, run by the PECOS venv's python with ``--worker pecos``): PIFA
+* the PECOS worker (this same module, run by the PECOS venv's python with ``--worker pecos``): PIFA
   label features + ``HierarchicalKMeans`` defaults, ``XLinearModel.train`` with ``tfn`` negatives
   and its default solver settings, prediction through the C++ predict-only path;
-* our worker (system python, ``--worker ours``): ``xtransformer.indexing`` (PIFA + hierarchical
+* our worker (system python, ``--worker ours``): our indexing (PIFA + hierarchical
   k-means with PECOS's default tree shape), or with ``--chain pecos`` PECOS's own tree, then
   ``HierarchicalLinear`` with ``tfn`` negatives.
 
 Both predict with the same beam size and top-k. Metrics are computed by the driver with
-``xtransformer.metrics.evaluate``. Data cross the two environments only as ``.npz`` files (PECOS
+``xtransformer.api.evaluate``. Data cross the two environments only as ``.npz`` files (PECOS
 pins numpy<2). Wall times on this shared 2-core machine are noisy: compare the two libraries
 within one run, not across runs.
 """
@@ -104,7 +104,7 @@ def pecos_worker(work: Path, threads: int, beam: int, topk: int) -> None:
 
 # ---------------------------------------------------------------------------------------------- ours
 def ours_worker(work: Path, threads: int, beam: int, topk: int, config: str | None, chain_source: str) -> None:
-    from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
+    from xtransformer.api import HierarchicalLinear, HierarchicalLinearConfig
 
     d = load_inputs(work)
     X, Y = d["X_train"], d["Y_train"]
@@ -145,7 +145,7 @@ def build_chain(work: Path, X: sp.csr_matrix, Y: sp.csr_matrix, cfg, source: str
         if not paths:
             raise SystemExit("bench_ranker: --chain pecos needs the PECOS worker's chain; run it first")
         return [sp.load_npz(p).tocsr() for p in paths], "pecos HierarchicalKMeans (shared)"
-    from xtransformer.indexing import hierarchical_kmeans, label_representation
+    from xtransformer.api import hierarchical_kmeans, label_representation
 
     feats, _ = label_representation("pifa_tfidf", Y, X_tfidf=X)
     binary = hierarchical_kmeans(feats, max_leaf_size=MAX_LEAF_SIZE, branching=2, threads=cfg.n_threads)
@@ -156,7 +156,7 @@ def build_chain(work: Path, X: sp.csr_matrix, Y: sp.csr_matrix, cfg, source: str
 def prepare_inputs(dataset: str, work: Path, cache_dir: Path) -> None:
     if all((work / f"{m}_{s}.npz").is_file() for m in ("X", "Y") for s in SPLITS):
         return
-    from xtransformer.data import load_dataset, tfidf_features
+    from xtransformer.api import load_dataset, tfidf_features
 
     ds = load_dataset(dataset)
     X = tfidf_features(ds, cache_dir=cache_dir)
@@ -169,11 +169,12 @@ def prepare_inputs(dataset: str, work: Path, cache_dir: Path) -> None:
 def run_worker(python: str, name: str, args: argparse.Namespace) -> dict:
     cmd = [
         python,
-        str(Path(__file__).resolve()),
+        "-m",
+        "benchmarks.bench_ranker",
         "--worker",
         name,
         "--work",
-        str(args.work),
+        str(args.work.resolve()),  # the worker runs from the repository root
         "--threads",
         str(args.threads),
         "--beam",
@@ -193,14 +194,14 @@ def run_worker(python: str, name: str, args: argparse.Namespace) -> dict:
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     }
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env)
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT)
     result = json.loads((args.work / f"{name}_result.json").read_text())
     result["process_wall_s"] = time.perf_counter() - t0
     return result
 
 
 def report(results: dict[str, dict], work: Path) -> None:
-    from xtransformer.metrics import evaluate
+    from xtransformer.api import evaluate
 
     Y = sp.load_npz(work / "Y_dev.npz").tocsr()
     rows = []

@@ -1,6 +1,6 @@
 """Load benchmark of ``xmc-serve``: a model folder under 1, 8, 32 and 128 requests in flight.
 
-    python benchmarks/bench_serving.py --dataset eurlex57k --cache-dir CACHE \\
+    python -m benchmarks.bench_serving --dataset eurlex57k --cache-dir CACHE \\
         --model RUN1/model/xrlinear --model RUN2/model/xrtransformer
 
 For each ``--model``: one ``xmc-serve`` process on 127.0.0.1 (nothing else is ever addressed),
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -44,13 +45,9 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "src"))
-
-import contextlib
-
 from benchmarks.report import git_commit, now
+
+ROOT = Path(__file__).resolve().parents[1]
 
 HOST = "127.0.0.1"
 CLK = os.sysconf("SC_CLK_TCK")
@@ -387,10 +384,11 @@ def run_level(
         "max_requests": args.max_requests,
         "timeout": args.request_timeout + 30,
         "key": args.api_key,
-        "out": str(work / f"client-{concurrency}.json"),
+        "out": str((work / f"client-{concurrency}.json").resolve()),
     }
     (work / f"spec-{concurrency}.json").write_text(json.dumps(spec))
-    proc = subprocess.Popen([sys.executable, __file__, "--client", str(work / f"spec-{concurrency}.json")])
+    spec_file = str((work / f"spec-{concurrency}.json").resolve())
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_serving", "--client", spec_file], cwd=ROOT)
     if proc.wait(timeout=args.seconds + args.request_timeout + 120) != 0:
         raise RuntimeError(f"client at concurrency {concurrency} failed")
     return json.loads(Path(spec["out"]).read_text())
@@ -401,12 +399,10 @@ def percentile_ms(values: np.ndarray, q: float) -> float | None:
 
 
 def measure_model(model_path: str, texts: list[str], args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from xtransformer.model import XMCModel
+    from xtransformer.api import XMCModel
 
     model = XMCModel.load(model_path, verify=False)
-    from xtransformer.model.folder import read_manifest
-
-    kind = read_manifest(model.folder, verify=False)["components"]["kind"]
+    kind = model.kind  # the folder manifest's components.kind
     folder = Path(model.folder)
     info = {
         "model": str(folder),
@@ -608,7 +604,7 @@ def eval_texts(args: argparse.Namespace) -> tuple[str, list[str]]:
         return Path(args.texts).stem, [
             t for t in Path(args.texts).read_text(encoding="utf-8").splitlines() if t.strip()
         ]
-    from xtransformer.data import DataConfig, load_dataset
+    from xtransformer.api import DataConfig, load_dataset
 
     ds = load_dataset(DataConfig(name=args.dataset), cache_dir=args.cache_dir)
     return ds.name, [t.replace("\n", " ") for t in ds.splits[ds.eval_split].texts]
@@ -796,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
             "workers": args.server_workers,
             "server_args": args.server_arg,
             "note": note,
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "command": " ".join([Path(sys.executable).name, "-m", "benchmarks.bench_serving", *sys.argv[1:]]),
             "model": measure_model(model_path, texts, args, work),
         }
         stem = f"serving-load-{name}-{re.sub(r'[^A-Za-z0-9_.-]+', '-', result['model']['method'])}{args.suffix}"

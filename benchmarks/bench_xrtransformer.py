@@ -1,10 +1,10 @@
 """XR-Transformer ablations: each variant is one `python train.py` run; the table is read from
 the runs' metrics.json (quality on the eval split, fine-tuning seconds, predict docs/s).
 
-    python benchmarks/bench_xrtransformer.py --experiment eurlex57k_xr               # every variant
-    python benchmarks/bench_xrtransformer.py --experiment eurlex57k_xr --variants full,neural_only,same_tree
-    python benchmarks/bench_xrtransformer.py --data reuters21578 --variants full,one_level,fresh,dense
-    python benchmarks/bench_xrtransformer.py --rerender A.json B.json --out table.md   # rows of several runs
+    python -m benchmarks.bench_xrtransformer --experiment eurlex57k_xr               # every variant
+    python -m benchmarks.bench_xrtransformer --experiment eurlex57k_xr --variants full,neural_only,same_tree
+    python -m benchmarks.bench_xrtransformer --data reuters21578 --variants full,one_level,fresh,dense
+    python -m benchmarks.bench_xrtransformer --rerender A.json B.json --out table.md   # rows of several runs
 
 Runs share one stage cache (``--cache-dir``), so variants that differ only in the final linear
 model (``neural_only``, ``same_tree``) reuse the fine-tuned encoder of ``full``; their fine-tuning
@@ -56,20 +56,19 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
 }
 
 
-def total_steps(overrides: list[str], probe: list[str]) -> int | None:
+def total_steps(overrides: list[str]) -> int:
     """The run's total steps (for `one_level`, which must train as many steps on one level)."""
-    from xtransformer.configuration import compose
+    from xtransformer.api import compose_settings
 
-    cfg = compose([*probe, *overrides], config_dir=str(ROOT / "configs"))
-    steps = cfg.matcher.level_steps
-    return int(sum(steps)) if steps is not None else int(cfg.matcher.max_steps)
+    matcher = compose_settings(*overrides).main.matcher
+    return int(sum(matcher.level_steps)) if matcher.level_steps is not None else int(matcher.max_steps)
 
 
 def run_variant(name: str, base: list[str], cache_dir: Path, out_root: Path) -> dict:
     why, extra = VARIANTS[name]
     overrides = [*base, *extra]
     if name == "one_level":
-        overrides.append(f"matcher.level_steps=[{total_steps(base, [])}]")
+        overrides.append(f"matcher.level_steps=[{total_steps(base)}]")
     out = out_root / name
     cmd = [
         sys.executable,
@@ -164,7 +163,7 @@ def main() -> None:
     tag = args.tag or args.experiment or args.data or "reuters21578"
     out_root = ROOT / "benchmarks" / "work" / "xrtransformer" / tag
     rows = [run_variant(v, base, args.cache_dir, out_root) for v in args.variants.split(",")]
-    command = "python benchmarks/bench_xrtransformer.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.bench_xrtransformer " + " ".join(sys.argv[1:])
     title = f"XR-Transformer ablations ({tag}, eval split of the run)"
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"xrtransformer-{tag}.json").write_text(

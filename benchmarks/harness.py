@@ -10,7 +10,7 @@ from benchmarks import report
 from benchmarks.measure import RunRecord, RunSettings, run_once
 from benchmarks.systems import SystemSetupError, SystemSpec
 from benchmarks.workdata import Problem
-from xtransformer.utils.io import atomic_path, save_json
+from xtransformer.api import atomic_path, save_json
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@
 Peak RSS is the child's own ``VmHWM`` (reported by the child at its end, and polled from
 ``/proc/<pid>/status`` by the parent in case it dies first); ``ru_maxrss`` from ``wait4`` or
 ``RUSAGE_CHILDREN`` would include this runner's memory, which Linux carries across fork+exec.
-Quality is computed here, in our environment, by ``xtransformer.metrics.evaluate`` on the top-k CSR
+Quality is computed here, in our environment, by ``xtransformer.api.evaluate`` on the top-k CSR
 each system wrote, so every system is scored by the same code on the same outputs.
 """
 
@@ -22,8 +22,9 @@ from typing import Any
 from benchmarks.phases import MODEL_DIR, TIMINGS_FILE, preds_file, vm_hwm_mb
 from benchmarks.systems import SystemSetupError, SystemSpec
 from benchmarks.workdata import Problem, ProblemError
-from xtransformer.utils.io import load_csr, load_json
+from xtransformer.api import load_csr, load_json
 
+ROOT = Path(__file__).resolve().parents[1]  # where `python -m benchmarks...` finds the systems' modules
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 QUIET_ENV = {
     "WANDB_MODE": "offline",
@@ -90,13 +91,14 @@ def children_cpu_s() -> float:
 def launch(
     argv: list[str], env: dict[str, str], log_path: Path, timeout_s: float, poll_s: float = 0.1
 ) -> tuple[int, float, float | None, dict[str, float], float]:
-    """Run ``argv``; return (exit code, wall seconds, polled peak RSS of the child in MiB, host load,
-    CPU seconds of the child: the growth of ``children_cpu_s``, one child running at a time)."""
+    """Run ``argv`` from the repository root; return (exit code, wall seconds, polled peak RSS of the
+    child in MiB, host load, CPU seconds of the child: the growth of ``children_cpu_s``, one child
+    running at a time)."""
     load = {"before": load_average(), "max": load_average()}
     cpu0 = children_cpu_s()
     with open(log_path, "w") as log:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         peak: float | None = None
         while True:
             try:
@@ -130,7 +132,7 @@ def _tail(path: Path, n: int = 1500) -> str:
 
 def score(problem: Problem, run_dir: Path, variants: list[str]) -> dict[str, dict[str, float]]:
     """Our metrics on each variant's top-k predictions against the eval split's labels."""
-    from xtransformer.metrics import evaluate
+    from xtransformer.api import evaluate
 
     Y_true = problem.Y(problem.eval_split)
     out = {}
@@ -142,6 +144,7 @@ def score(problem: Problem, run_dir: Path, variants: list[str]) -> dict[str, dic
 
 def run_once(spec: SystemSpec, problem: Problem, run_dir: Path, repeat: int, settings: RunSettings) -> RunRecord:
     """Execute ``spec`` on ``problem`` in a fresh ``run_dir``; never raises for a failing system."""
+    run_dir = run_dir.resolve()  # the system runs from the repository root
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)

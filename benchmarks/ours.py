@@ -1,15 +1,15 @@
 """Our stages as benchmark systems (run with the main environment's python).
 
-Usage (the harness calls it): ``python benchmarks/ours.py --adapter xrlinear --data ... --out ...``.
+Usage (the harness calls it, from the repository root):
+``python -m benchmarks.ours --adapter xrlinear --data ... --out ...``.
 Each adapter is a :class:`phases.System`; registering a new stage is one subclass decorated with
-``@adapter("name")`` plus one ``SystemSpec`` line in ``systems.py`` naming the modules it needs.
-The calls into ``xtransformer`` are kept in the few lines of each phase method.
+``@adapter("name")`` plus one ``SystemSpec`` line in ``systems.py`` naming the names it needs.
+The calls into ``xtransformer.api`` are kept in the few lines of each phase method.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shutil
 import sys
 import time
@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import phases  # benchmarks/ is this script's folder, hence on sys.path
 import scipy.sparse as sp
+
+from benchmarks import phases
 
 ADAPTERS: dict[str, type[phases.System]] = {}
 
@@ -61,6 +62,19 @@ class _Ours(phases.System):
 
         return {"library": "xtransformer", "version": xtransformer.__version__, "settings": type(self).__doc__}
 
+    def prepare(self, data_dir: Path, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
+        # PECOS's runner imports its compiled core with the module, untimed. Ours imports its
+        # modules (and scipy's) lazily: run the phases once on 64 documents of the same matrices
+        # (same dtypes), so the timed phases time the work, not the loading. Its cost is the
+        # JSON's `prepare` seconds.
+        Xs, Ys = X[:64], Y[:64]
+        Ys = Ys[:, np.flatnonzero(Ys.getnnz(axis=0))]
+        if self.has_index:
+            self.index(Xs, Ys)
+        if self.has_train:
+            self.train(Xs, Ys, data_dir)
+            self.predict(Xs, 5, "default")
+
 
 @adapter("indexing")
 class OursIndexing(_Ours):
@@ -69,84 +83,50 @@ class OursIndexing(_Ours):
     has_index = True
     has_train = False
 
-    def config(self):
-        from xtransformer.indexing import IndexingConfig
-
-        return IndexingConfig(seed=self.seed, threads=self.threads)
-
-    def prepare(self, data_dir: Path, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
-        # PECOS's runner imports its compiled core with the module, untimed. Ours imports its
-        # modules (and scipy's) lazily: run the phases once on 64 documents of the same matrices
-        # (same dtypes), so the timed phases time the work, not the loading. Its cost is the
-        # JSON's `prepare` seconds.
-        Xs, Ys = X[:64], Y[:64]
-        Ys = Ys[:, np.flatnonzero(Ys.getnnz(axis=0))]
-        self.index(Xs, Ys)
-        if self.has_train:
-            self.train(Xs, Ys, data_dir)
-            self.predict(Xs, 5, "default")
-
     def index(self, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
-        # build_index would also compute cluster-quality diagnostics; time only the tree itself.
-        from xtransformer.indexing import hierarchical_kmeans, label_representation
+        # build_index's cluster-quality diagnostics are left out: time only the tree itself
+        from xtransformer.api import IndexingConfig, build_index
 
-        cfg = self.config()
-        Z, _ = label_representation(
-            cfg.name,
-            Y,
-            X_tfidf=X,
-            normalize_y_rows=cfg.normalize_y_rows,
-            orphan_fallback=cfg.orphan_fallback,
-            seed=cfg.seed,
-            threads=cfg.threads,
-        )
-        self.chain = hierarchical_kmeans(
-            Z,
-            n_clusters=cfg.n_clusters,
-            max_leaf_size=cfg.max_leaf_size,
-            branching=cfg.branching,
-            max_iter=cfg.max_iter,
-            seed=cfg.seed,
-            threads=cfg.threads,
-        )
+        cfg = IndexingConfig(seed=self.seed, threads=self.threads)
+        self.chain, _ = build_index(cfg, Y, X_train_tfidf=X, quality=False)
 
 
 @adapter("xrlinear")
-class OursXRLinear(OursIndexing):
-    """XR-Linear as its settings record's defaults build it (``XRLinearConfig``, PECOS's recipe): a
-    binary k-means tree to leaves of <= 100 labels seen with 16 children per node
-    (ClusterChain.subsample), then HierarchicalLinear with HierarchicalLinearConfig defaults."""
+class OursXRLinear(_Ours):
+    """XRLinear.fit with the settings of ``python train.py method=xrlinear`` (``compose_settings``:
+    configs/xrlinear, seed = the repeat's, --threads its worker threads) on the benchmark's TF-IDF
+    rows: the label tree is built inside the fit, so the train column holds it (as napkinXC's and
+    omikuji's do); prediction from the saved folder (``XMCModel.load``), top-k at the config's beam."""
 
     has_train = True
+    THREADED = ("xrlinear.indexing", "xrlinear.model")  # run fields: no effect on the model
 
-    def config(self):
-        from xtransformer.methods.xrlinear.config import XRLinearConfig
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        from xtransformer.api import compose_settings
 
-        return dataclasses.replace(XRLinearConfig().indexing, seed=self.seed, threads=self.threads)
-
-    def index(self, X: sp.csr_matrix, Y: sp.csr_matrix) -> None:
-        from xtransformer.methods.xrlinear.config import XRLinearConfig
-
-        super().index(X, Y)
-        self.chain = self.chain.subsample(XRLinearConfig().nr_splits)
+        threads = [f"{group}.threads={self.threads}" for group in self.THREADED]
+        self.settings = compose_settings("method=xrlinear", f"seed={self.seed}", *threads).main
 
     def train(self, X: sp.csr_matrix, Y: sp.csr_matrix, model_dir: Path) -> None:
-        from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
+        from xtransformer.api import XRLinear
 
-        cfg = HierarchicalLinearConfig(threads=self.threads)
-        self.model = HierarchicalLinear.train(X, Y, list(self.chain), cfg)
+        self.model = XRLinear.fit(X, Y, self.settings)
 
     def save(self, model_dir: Path) -> None:
         self.model.save(model_dir)
         del self.model  # predict from disk, like the peers
 
     def load(self, model_dir: Path, variant: str) -> None:
-        from xtransformer.ranker import HierarchicalLinear
+        from xtransformer.api import XMCModel
 
-        self.model = HierarchicalLinear.load(model_dir)
+        self.model = XMCModel.load(model_dir)
 
     def predict(self, X: sp.csr_matrix, k: int, variant: str) -> sp.csr_matrix:
-        return self.model.predict(X, topk=k)
+        return self.model.predict_features_csr(X, topk=k)
+
+    def extra_info(self) -> dict:
+        return {**super().extra_info(), "settings_train": self.settings.training_settings()}
 
 
 @adapter("xrtransformer")
@@ -178,7 +158,7 @@ class OursXRTransformer(_Ours):
         super().__init__(args)
         import torch
 
-        from xtransformer.pipeline.settings import compose_settings
+        from xtransformer.api import compose_settings
 
         torch.set_num_threads(self.threads)
         threads = [f"{group}.threads={self.threads}" for group in self.THREADED]
@@ -195,8 +175,7 @@ class OursXRTransformer(_Ours):
         self.texts = phases.load_texts(data_dir, self.args.train_split, X.shape[0])
 
     def train(self, X: sp.csr_matrix, Y: sp.csr_matrix, model_dir: Path) -> None:
-        from xtransformer import Combination, StageCache, TrainContext
-        from xtransformer.methods.xrtransformer.levels import EMBED_STAGE, LEVEL_STAGE
+        from xtransformer.api import EMBED_STAGE, LEVEL_STAGE, Combination, StageCache, TrainContext
 
         cache = StageCache(model_dir.parent / "stage-cache")
         with TrainContext(cache=cache, trainer=self.s.trainer, lightning=self.s.lightning) as ctx:
@@ -216,7 +195,7 @@ class OursXRTransformer(_Ours):
 
     def _fit(self, method: str, Y: sp.csr_matrix, ctx: Any) -> Any:
         """Fit one of the run's methods; its seconds (``fit_s``), plus those of the stages it reused."""
-        from xtransformer.methods import method_class
+        from xtransformer.api import method_class
 
         before, t0 = len(ctx.cache.events), time.perf_counter()
         model = method_class(method).fit(self.texts, Y, self.s.methods[method], context=ctx)
@@ -226,7 +205,7 @@ class OursXRTransformer(_Ours):
         return model
 
     def load(self, model_dir: Path, variant: str) -> None:
-        from xtransformer import XMCModel
+        from xtransformer.api import XMCModel
 
         self.model = XMCModel.load(model_dir / {"default": "xrtransformer"}.get(variant, variant))
         for member in getattr(self.model, "members", [self.model]):  # encode where the run trained (a GPU run: cuda)
@@ -255,8 +234,8 @@ class OursXRTransformer(_Ours):
 
 @adapter("pipeline")
 class OursPipeline(_Ours):
-    """The whole method (xtransformer.pipeline.run, method=xtransformer, its default Hydra config,
-    baseline and stage cache off). It reads the text dataset itself, so it needs a real dataset.
+    """The whole method (``run_pipeline``, the run of ``python train.py``: method=xtransformer, its
+    default Hydra config, baseline and stage cache off). It reads the text dataset itself, so it needs a real dataset.
     Phases are the pipeline's own laps: index = the indexing stage, train = the rest of the fit; the
     pipeline predicts the eval split from its texts itself, so prediction throughput is not reported
     here (its ``xtransformer_predict`` lap is in the extra info)."""
@@ -284,8 +263,7 @@ class OursPipeline(_Ours):
             self.data_overrides.append(f"data.max_docs={source['max_docs']}")
 
     def train(self, X: sp.csr_matrix, Y: sp.csr_matrix, model_dir: Path) -> None:
-        from xtransformer.configuration import compose
-        from xtransformer.pipeline.run import run
+        from xtransformer.api import compose_config, run_pipeline
 
         overrides = [
             *self.data_overrides,
@@ -297,7 +275,7 @@ class OursPipeline(_Ours):
             f"paths.output_dir={model_dir}",
             *self.args.override,
         ]
-        self.metrics = run(compose(overrides, config_dir=str(self.CONFIGS)))
+        self.metrics = run_pipeline(compose_config(*overrides))
         self.n_labels = Y.shape[1]
         self.model_dir = model_dir
 

@@ -1,10 +1,10 @@
 """Paired comparison of systems that ran on one problem: per-document differences, over their seeds.
 
-    python benchmarks/paired.py --problem eurlex57k-tfidf28173255 pecos-xrt ours-xrtransformer \\
+    python -m benchmarks.paired --problem eurlex57k-tfidf28173255 pecos-xrt ours-xrtransformer \\
         ours-xrtransformer:combined
 
 The first system is the reference; each other one is compared with it on the eval split's documents.
-Every seed of a system that ``benchmarks/run.py`` left in ``<work>/<problem>/runs/<system>/r<seed>``
+Every seed of a system that ``python -m benchmarks.run`` left in ``<work>/<problem>/runs/<system>/r<seed>``
 counts (``--first-repeat`` adds seeds): a document's P@k / nDCG@k is averaged over the system's
 seeds, and the difference with the reference is resampled over documents (paired bootstrap), so the
 interval shows how much of a gap the 6,000 documents of a dev split can tell apart; the per-seed
@@ -29,14 +29,11 @@ from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from benchmarks.harness import write_result
 from benchmarks.phases import PROBLEM_FILE, TIMINGS_FILE, preds_file
 from benchmarks.report import git_commit, now
 from benchmarks.workdata import Problem, read_problem
-from xtransformer.utils.io import atomic_path, load_csr, load_json
+from xtransformer.api import atomic_path, load_csr, load_json
 
 BENCH_DIR = Path(__file__).resolve().parent
 METRICS = ("P@1", "P@3", "P@5", "nDCG@5")
@@ -128,7 +125,7 @@ def seed_records(problem: Problem | None, records: Path, spec: str) -> dict[int,
 
 def _records_from_runs(problem: Problem, runs: Path, variant: str, kept: Path) -> dict[int, Record]:
     """The records of every seed whose predictions are under ``runs``, each saved in ``kept``."""
-    from xtransformer.metrics import document_hits
+    from xtransformer.api import document_hits
 
     found = {s: d for s, d in _seed_dirs(runs, "r*").items() if (d / preds_file(variant)).is_file()}
     Y = problem.Y(problem.eval_split) if found else None
@@ -142,7 +139,7 @@ def _records_from_runs(problem: Problem, runs: Path, variant: str, kept: Path) -
 
 def system_runs(name: str, records: dict[int, Record]) -> SystemRuns:
     """One system's records, each seed's per-document metrics and their mean over the seeds."""
-    from xtransformer.metrics import per_document_from_hits
+    from xtransformer.api import per_document_from_hits
 
     scales = {r.steps_scale for r in records.values()}
     if len(scales) > 1:
@@ -233,7 +230,7 @@ def _diff_cell(d: dict[str, float]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("systems", nargs="+", metavar="SYSTEM[:VARIANT]", help="the reference first, then the others")
-    p.add_argument("--problem", required=True, help="the problem's folder name under --work (benchmarks/run.py's)")
+    p.add_argument("--problem", required=True, help="the problem's folder name under --work (benchmarks.run's)")
     p.add_argument("--work", type=Path, default=BENCH_DIR / "work")
     p.add_argument("--resamples", type=int, default=10_000)
     p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")

@@ -1,11 +1,11 @@
 """Subprocess side of the benchmark: time one system's phases and write its top-k predictions.
 
 Every system (a peer library in its own virtual environment, or ours in the main one) runs as a
-script that subclasses :class:`System` and calls :func:`main`. This module must import nothing
+module that subclasses :class:`System` and calls :func:`main`. This module must import nothing
 beyond the standard library, numpy and scipy, because it runs inside the peers' environments
 (numpy 1.26 / scipy 1.13 for libpecos).
 
-Protocol with the parent (``benchmarks/run.py``):
+Protocol with the parent (``benchmarks.run``):
   inputs   ``<data>/X.<split>.npz``, ``<data>/Y.<split>.npz`` (CSR, float32), and for systems that
            read texts (``reads_texts``) ``<data>/texts.<split>.jsonl`` (one JSON string a line,
            row for row with the matrices)

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from xtransformer.utils.io import atomic_path
+from xtransformer.api import atomic_path
 
 # phase field -> (legend suffix, line style)
 PHASE_STYLES = {"index_s": ("index", "-"), "train_s": ("train", "--"), "predict_s": ("predict", ":")}

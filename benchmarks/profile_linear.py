@@ -1,11 +1,13 @@
 """Where XR-Linear spends time and memory: index, train and predict on a benchmark problem.
 
-Usage (after ``run.py`` has written the problem's matrices under ``benchmarks/work``)::
+Usage (from the repository root, after ``python -m benchmarks.run`` has written the problem's
+matrices under ``benchmarks/work``)::
 
-  PYTHONPATH=src python benchmarks/profile_linear.py benchmarks/work/eurlex57k/data --top 25
-  PYTHONPATH=src python benchmarks/profile_linear.py DATA --phases predict --model DIR  # a saved model
+  python -m benchmarks.profile_linear benchmarks/work/eurlex57k/data --top 25
+  python -m benchmarks.profile_linear DATA --phases predict --model DIR  # a saved tree model
 
-The tree is built as ``ours-xrlinear`` builds it (``--max-leaf-size``, ``--nr-splits``). Each phase
+The tree and the model are XR-Linear's as ``python train.py method=xrlinear`` sets them (``ours-xrlinear``'s
+settings; ``--max-leaf-size`` and ``--nr-splits`` change the tree), each stage profiled apart. Each phase
 runs under cProfile (cumulative time of our functions, top ``--top``) with the process's
 peak RSS (``VmHWM``) before and after it; ``--tracemalloc`` adds the phase's largest Python
 allocations (numpy buffers included), slower.
@@ -22,9 +24,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import phases
+from benchmarks import phases
 
 
 def _profiled(name: str, fn, top: int, trace: bool):
@@ -62,49 +62,30 @@ def main() -> None:
     p.add_argument("--eval-split", default=None)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--top", type=int, default=20)
-    p.add_argument("--max-leaf-size", type=int, default=100, help="as configs/xrlinear (0: IndexingConfig's K)")
-    p.add_argument("--nr-splits", type=int, default=16, help="ClusterChain.subsample (0: the binary chain)")
+    p.add_argument("--max-leaf-size", type=int, default=None, help="default: configs/xrlinear's (0: IndexingConfig's)")
+    p.add_argument("--nr-splits", type=int, default=None, help="default: the config's (0: the binary chain)")
     p.add_argument("--tracemalloc", action="store_true")
     args = p.parse_args()
     todo = args.phases.split(",")
     print(f"start: peak RSS {phases.vm_hwm_mb():.0f} MiB", flush=True)
-    from xtransformer.indexing import IndexingConfig, hierarchical_kmeans, label_representation
-    from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
+    from xtransformer.api import HierarchicalLinear, build_index
 
     print(f"imports: peak RSS {phases.vm_hwm_mb():.0f} MiB, torch loaded: {'torch' in sys.modules}", flush=True)
+    x = xrlinear_config(args)
     info = phases.load_problem(args.data)
     X, Y = phases.load_split(args.data, info.get("train_split", "train"))
     model = HierarchicalLinear.load(args.model) if args.model else None
     if "index" in todo or "train" in todo:
-        cfg = IndexingConfig(
-            seed=0, threads=args.threads, max_leaf_size=args.max_leaf_size or None, orphan_fallback="none"
-        )  # as configs/xrlinear
 
         def index():
-            Z, _ = label_representation(
-                cfg.name,
-                Y,
-                X_tfidf=X,
-                normalize_y_rows=cfg.normalize_y_rows,
-                orphan_fallback=cfg.orphan_fallback,
-                seed=cfg.seed,
-            )
-            chain = hierarchical_kmeans(
-                Z,
-                n_clusters=cfg.n_clusters,
-                max_leaf_size=cfg.max_leaf_size,
-                branching=cfg.branching,
-                max_iter=cfg.max_iter,
-                seed=cfg.seed,
-                threads=cfg.threads,
-            )
-            return chain.subsample(args.nr_splits) if args.nr_splits else chain
+            chain, _ = build_index(x.indexing, Y, X_train_tfidf=X, quality=False)
+            return chain if args.nr_splits == 0 else chain.subsample(x.nr_splits)
 
         chain = _profiled("index", index, args.top, args.tracemalloc)
     if "train" in todo:
         model = _profiled(
             "train",
-            lambda: HierarchicalLinear.train(X, Y, list(chain), HierarchicalLinearConfig(threads=args.threads)),
+            lambda: HierarchicalLinear.train(X, Y, list(chain), x.model),
             args.top,
             args.tracemalloc,
         )
@@ -119,6 +100,18 @@ def main() -> None:
             t.append(time.perf_counter() - t0)
         t.sort()
         print(f"single-document predict: p50 {1e3 * t[len(t) // 2]:.2f} ms, p95 {1e3 * t[int(len(t) * 0.95)]:.2f} ms")
+
+
+def xrlinear_config(args: argparse.Namespace):
+    """``configs/xrlinear``'s settings (seed 0) with ``--threads``, ``--max-leaf-size`` and ``--nr-splits``."""
+    from xtransformer.api import compose_settings
+
+    overrides = ["method=xrlinear", "seed=0", *(f"xrlinear.{g}.threads={args.threads}" for g in ("indexing", "model"))]
+    if args.max_leaf_size is not None:  # 0: none, IndexingConfig's K
+        overrides.append(f"xrlinear.indexing.max_leaf_size={args.max_leaf_size or 'null'}")
+    if args.nr_splits:
+        overrides.append(f"xrlinear.nr_splits={args.nr_splits}")
+    return compose_settings(*overrides).main.xrlinear
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Benchmark our XMC stages against libpecos, napkinXC and omikuji on the same TF-IDF.
 
 Examples (from the repository root):
-  python benchmarks/run.py --dataset reuters21578 --repeats 3
-  python benchmarks/run.py --dataset eurlex57k --systems pecos,napkinxc,omikuji --repeats 1
-  python benchmarks/run.py --synthetic 100000x100000 --systems pecos,ours-xrlinear --repeats 1
-  python benchmarks/run.py --scaling            # growth curves vs L and N, writes a PNG
+  python -m benchmarks.run --dataset reuters21578 --repeats 3
+  python -m benchmarks.run --dataset eurlex57k --systems pecos,napkinxc,omikuji --repeats 1
+  python -m benchmarks.run --synthetic 100000x100000 --systems pecos,ours-xrlinear --repeats 1
+  python -m benchmarks.run --scaling            # growth curves vs L and N, writes a PNG
 
 Each system runs in its own subprocess (peers in their own virtual environment under
 benchmarks/.venvs, created on demand); repeats are interleaved across systems so that machine
@@ -21,9 +21,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from benchmarks.harness import benchmark, log, merge_results, render, write_result
 from benchmarks.measure import RunSettings
 from benchmarks.phases import STAGES
@@ -31,7 +28,7 @@ from benchmarks.scaling import run_scaling
 from benchmarks.synthetic import SyntheticError, SyntheticSpec
 from benchmarks.systems import REGISTRY, SystemSpec, get_systems
 from benchmarks.workdata import prepare_dataset, prepare_synthetic
-from xtransformer.utils.io import load_json
+from xtransformer.api import load_json
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_SYSTEMS = "pecos,napkinxc,omikuji,ours-indexing,ours-xrlinear"
@@ -207,9 +204,7 @@ def neural_setup(args: argparse.Namespace) -> tuple[dict[str, list[str]], dict[s
     """What the neural systems share: their script arguments (ours' overrides; PECOS's encoder
     folder, token length and steps scale, all from ours' settings) and the TF-IDF settings that
     differ from the defaults (every system's features when one of them runs)."""
-    from xtransformer.data.tfidf import TfidfConfig
-    from xtransformer.encoders.lookup import resolve_model
-    from xtransformer.pipeline.settings import compose_settings
+    from xtransformer.api import TfidfConfig, compose_settings, resolve_model
 
     if args.steps_scale <= 0:
         raise BenchmarkArgError(f"--steps-scale must be > 0, got {args.steps_scale}")

@@ -17,7 +17,7 @@ from benchmarks.plot import PHASE_STYLES, plot_scaling
 from benchmarks.synthetic import SyntheticSpec
 from benchmarks.systems import SystemSpec
 from benchmarks.workdata import prepare_synthetic
-from xtransformer.utils.io import atomic_path, save_json
+from xtransformer.api import atomic_path, save_json
 
 CURVE_FIELDS = (*PHASE_STYLES, "peak_rss_mb", "P@1")
 

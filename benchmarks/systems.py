@@ -1,9 +1,10 @@
-"""Registry of benchmarked systems: which script runs them, with which interpreter.
+"""Registry of benchmarked systems: which module runs them, with which interpreter.
 
-A system is a script following the ``benchmarks/phases.py`` protocol. Peers run with the python
-of their own virtual environment (created on demand by ``peers/setup_venvs.sh``); ours run with
-this interpreter and are skipped, with the reason, while a module they need is not importable.
-Adding a system is one ``SystemSpec`` entry here (plus, for ours, an adapter in ``ours.py``).
+A system is a module following the ``benchmarks/phases.py`` protocol, run as ``python -m MODULE``
+from the repository root (``benchmarks.ours``, ``benchmarks.peers.pecos_runner``, ...). Peers run
+with the python of their own virtual environment (created on demand by ``peers/setup_venvs.sh``);
+ours run with this interpreter and are skipped, with the reason, while a name they need is not
+importable. Adding a system is one ``SystemSpec`` entry here (plus, for ours, an adapter in ``ours.py``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-PEERS_DIR = BENCH_DIR / "peers"
-SETUP_SCRIPT = PEERS_DIR / "setup_venvs.sh"
+SETUP_SCRIPT = BENCH_DIR / "peers" / "setup_venvs.sh"
 
 
 class SystemSetupError(ValueError):
@@ -27,10 +27,10 @@ class SystemSetupError(ValueError):
 class SystemSpec:
     name: str
     description: str
-    script: Path
+    module: str  # run as `python -m <module>` from the repository root
     venv: str | None = None  # peer venv name under benchmarks/.venvs; None: this interpreter
     args: tuple[str, ...] = ()
-    requires: tuple[str, ...] = ()  # "module:attribute" needed in our env (ours only)
+    requires: tuple[str, ...] = ()  # "module:attribute" needed in our env (ours only), e.g. "xtransformer.api:XRLinear"
     needs_xc_text: bool = False  # trains from an XC text file of the train split
     needs_texts: bool = False  # reads the documents (a neural system): text datasets only
 
@@ -46,12 +46,17 @@ class SystemSpec:
                 mod = importlib.import_module(module)
             except ImportError as exc:
                 return f"{module} is not importable yet ({exc})"
-            if attr and not hasattr(mod, attr):
+            try:
+                if attr:
+                    getattr(mod, attr)
+            except ImportError as exc:  # a lazily loaded name whose module does not import
+                return f"{module}.{attr} is not importable yet ({exc})"
+            except AttributeError:
                 return f"{module} has no {attr} yet"
         return None
 
     def python(self) -> str:
-        """The interpreter to run the script with; creates a peer's venv if it is missing."""
+        """The interpreter to run the module with; creates a peer's venv if it is missing."""
         if self.venv is None:
             return sys.executable
         proc = subprocess.run(["bash", str(SETUP_SCRIPT), self.venv], capture_output=True, text=True)
@@ -62,18 +67,20 @@ class SystemSpec:
         return proc.stdout.strip().splitlines()[-1]
 
     def argv(self) -> list[str]:
-        return [self.python(), str(self.script), *self.args]
+        """The command line, to run with the repository root as the working directory."""
+        return [self.python(), "-m", self.module, *self.args]
 
 
 def _peer(name: str, description: str, runner: str | None = None, venv: str | None = None, **kw: object) -> SystemSpec:
-    """A peer library's system: ``peers/<runner>_runner.py`` run in ``.venvs/<venv>`` (both default: ``name``)."""
-    script = PEERS_DIR / f"{(runner or name).replace('-', '_')}_runner.py"
-    return SystemSpec(name, description, script, venv=venv or name, **kw)  # type: ignore[arg-type]
+    """A peer library's system: ``benchmarks.peers.<runner>_runner`` run in ``.venvs/<venv>`` (both
+    default: ``name``)."""
+    module = f"benchmarks.peers.{(runner or name).replace('-', '_')}_runner"
+    return SystemSpec(name, description, module, venv=venv or name, **kw)  # type: ignore[arg-type]
 
 
 def _ours(name: str, description: str, requires: tuple[str, ...], **kw: object) -> SystemSpec:
     adapter = name.removeprefix("ours-")
-    return SystemSpec(name, description, BENCH_DIR / "ours.py", args=("--adapter", adapter), requires=requires, **kw)  # type: ignore[arg-type]
+    return SystemSpec(name, description, "benchmarks.ours", args=("--adapter", adapter), requires=requires, **kw)  # type: ignore[arg-type]
 
 
 REGISTRY: dict[str, SystemSpec] = {
@@ -104,39 +111,30 @@ REGISTRY: dict[str, SystemSpec] = {
         SystemSpec(
             "popular",
             "k most frequent training labels for every document (sanity floor)",
-            BENCH_DIR / "ours.py",
+            "benchmarks.ours",
             args=("--adapter", "popular"),
         ),
         _ours(
             "ours-indexing",
             "xtransformer PIFA + hierarchical balanced k-means (index phase only)",
-            (
-                "xtransformer.indexing:hierarchical_kmeans",
-                "xtransformer.indexing:label_representation",
-                "xtransformer.indexing:IndexingConfig",
-            ),
+            ("xtransformer.api:build_index", "xtransformer.api:IndexingConfig"),
         ),
         _ours(
             "ours-xrlinear",
-            "xtransformer XR-Linear: our indexing + HierarchicalLinear ranker",
-            (
-                "xtransformer.indexing:hierarchical_kmeans",
-                "xtransformer.indexing:label_representation",
-                "xtransformer.ranker:HierarchicalLinear",
-                "xtransformer.ranker:HierarchicalLinearConfig",
-            ),
+            "xtransformer XR-Linear: XRLinear.fit with the settings of `python train.py method=xrlinear`",
+            ("xtransformer.api:XRLinear", "xtransformer.api:compose_settings"),
         ),
         _ours(
             "ours-xrtransformer",
             "xtransformer XR-Transformer (+ XR-Linear and their combination when the settings train it) "
             "through the public API (--xr-override)",
-            ("xtransformer.methods.xrtransformer:XRTransformer", "xtransformer.pipeline.settings:compose_settings"),
+            ("xtransformer.api:XRTransformer", "xtransformer.api:compose_settings"),
             needs_texts=True,
         ),
         _ours(
             "ours-pipeline",
             "xtransformer full pipeline (matcher + ranker), default config; text datasets only",
-            ("xtransformer.pipeline.run:run", "hydra:compose"),
+            ("xtransformer.api:run_pipeline", "xtransformer.api:compose_config"),
         ),
     )
 }

@@ -1,6 +1,6 @@
 """Benchmark inputs: one TF-IDF build per problem, written as CSR ``.npz`` for every system.
 
-A problem is a real dataset (``xtransformer.data.load_dataset`` + ``tfidf_features``) or a
+A problem is a real dataset (``xtransformer.api.load_dataset`` + ``tfidf_features``) or a
 synthetic one (``benchmarks.synthetic``). Its folder ``<work>/<problem>/data`` holds
 ``X.<split>.npz`` / ``Y.<split>.npz`` and ``problem.json``; it is built once (atomically, with a
 completion marker) and reused by every system and repeat.
@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 from benchmarks.phases import PROBLEM_FILE, texts_file, xc_text_file
 from benchmarks.synthetic import SyntheticSpec, generate
-from xtransformer.utils.io import atomic_dir, is_complete, load_csr, load_json, save_csr, save_json
+from xtransformer.api import atomic_dir, is_complete, load_csr, load_json, save_csr, save_json
 
 
 class ProblemError(ValueError):
@@ -43,7 +43,7 @@ class Problem:
 
     def ensure_xc_text(self, split: str) -> Path:
         """The split in XC text format (omikuji trains only from such a file); written once."""
-        from xtransformer.data import write_xc_sparse
+        from xtransformer.api import write_xc_sparse
 
         path = self.data_dir / xc_text_file(split)
         if not path.is_file():
@@ -62,7 +62,7 @@ class Problem:
                 f"{self.name} has no documents (a synthetic problem, or one prepared before documents were "
                 "kept: prepare it again with --rebuild-data)"
             )
-        from xtransformer.data import load_dataset
+        from xtransformer.api import load_dataset
 
         ds = load_dataset(
             source["load_as"], max_docs=source.get("max_docs"), eval_split=self.eval_split, **held_out(source)
@@ -140,8 +140,7 @@ def prepare_dataset(
     with the ``tfidf`` settings changed), write the npz pairs. ``holdout``: that many training documents
     (``data.holdout``, seed 0) become the eval split, the rest the training split: a problem to choose
     settings on, whose name says so."""
-    from xtransformer.data.tfidf import TfidfConfig
-    from xtransformer.utils.io import settings_key
+    from xtransformer.api import TfidfConfig, settings_key
 
     cfg = TfidfConfig.from_mapping(tfidf or {})
     suffix = (f"-max{max_docs}" if max_docs else "") + (f"-holdout{holdout}" if holdout else "")
@@ -153,13 +152,13 @@ def prepare_dataset(
         problem = read_problem(folder)
         if eval_split in (None, problem.eval_split):
             return problem
-    from xtransformer.data import load_dataset, tfidf_features
+    from xtransformer.api import load_dataset, tfidf_features
 
     held = {"holdout": holdout, "holdout_seed": 0} if holdout else {}
     ds = load_dataset(name, max_docs=max_docs, **({"eval_split": eval_split} if eval_split else {}), **held)
     X = tfidf_features(ds, cfg)
     mats = {split: (X[split], ds.splits[split].Y) for split in ds.splits}
-    from xtransformer.data.inputs import LabeledData
+    from xtransformer.api import LabeledData
 
     source = {
         "dataset": ds.name,

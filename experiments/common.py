@@ -1,8 +1,8 @@
 """What the tuning studies share: settings, a finished run's models, held-out splits and result files.
 
-A study runs as ``python experiments/<study>/bench_<name>.py`` from the repository root; its first
-lines put ``experiments/`` on ``sys.path`` to import this module, and the studies never import each
-other. Everything here goes through xtransformer's public API: settings composed as ``train.py``
+A study runs as ``python -m experiments.<study>.bench_<name>`` from the repository root and imports
+this module (``from ..common import ...``); the studies never import each other. Everything here goes
+through ``xtransformer.api``, the package's surface for scripts: settings composed as ``train.py``
 composes them (or read back from a run's ``metrics.json``), a run's model folders loaded with
 ``XMCModel.load``, models trained with ``fit`` and scored with ``predict_features_csr``.
 """
@@ -31,10 +31,10 @@ HYDRA_RUN = ["logger=none", "paths.output_dir=/tmp/xtransformer-experiments"]
 
 # ---------------------------------------------------------------------------------------- settings
 def compose_settings(overrides: Sequence[str] = (), experiment: str | None = EXPERIMENT) -> Any:
-    """The run settings (``xtransformer.pipeline.settings.RunSettings``) of ``experiment`` plus the
-    Hydra ``overrides``, as ``python train.py experiment=<experiment> <overrides>`` builds them
+    """The run settings (``xtransformer.api.compose_settings``'s) of ``experiment`` plus the Hydra
+    ``overrides``, as ``python train.py experiment=<experiment> <overrides>`` builds them
     (``experiment`` None or "": configs/train.yaml's defaults)."""
-    from xtransformer.pipeline.settings import compose_settings as compose
+    from xtransformer.api import compose_settings as compose
 
     chosen = [f"experiment={experiment}"] if experiment else []
     return compose(*chosen, *HYDRA_RUN, *overrides)
@@ -61,7 +61,7 @@ class RunFolder:
     into the typed records), its data and its model folders (``model/<method>``)."""
 
     def __init__(self, folder: str | Path):
-        from xtransformer.pipeline.settings import run_settings
+        from xtransformer.api import run_settings
 
         self.folder = Path(folder)
         path = self.folder / "metrics.json"
@@ -73,13 +73,13 @@ class RunFolder:
     @cached_property
     def dataset(self) -> Any:
         """The run's dataset (``data`` as the run read it)."""
-        from xtransformer import load_dataset
+        from xtransformer.api import load_dataset
 
         return load_dataset(self.settings.data)
 
     def model(self, method: str) -> Any:
         """The run's model folder of ``method`` (``xrlinear``, ``xrtransformer``, ...), loaded."""
-        from xtransformer import XMCModel
+        from xtransformer.api import XMCModel
 
         if not (self.folder / "model" / method).is_dir():
             raise SystemExit(
@@ -111,7 +111,7 @@ def embeddings(model: Any, texts: Sequence[str], work: Path = WORK) -> np.ndarra
     """A fine-tuned model's embeddings of ``texts`` (``model.embed`` with its own prediction
     settings: what its final model reads), kept in ``work/embeddings/`` under the model's files
     and the texts, so a rerun or another study reads them back instead of encoding again."""
-    from xtransformer.utils.io import settings_key, texts_fingerprint
+    from xtransformer.api import settings_key, texts_fingerprint
 
     texts = list(texts)
     key = settings_key("embeddings", model.manifest["files"], model.predict_settings, texts_fingerprint(texts))
@@ -142,7 +142,7 @@ def run_rows(run: RunFolder, work: Path = WORK) -> tuple[Any, Any, dict[str, sp.
 
 def final_rows(model: Any, X: sp.csr_matrix, emb: np.ndarray) -> sp.csr_matrix:
     """XR-Transformer's final-model rows (TF-IDF ⊕ embeddings) as ``model`` builds them."""
-    from xtransformer.methods.xrtransformer.features import final_features
+    from xtransformer.api import final_features
 
     return final_features(model.features["kind"], X, emb, model.features["neural_weight"])
 
@@ -173,8 +173,7 @@ def final_model_rows(run_dir: Path, kept: Path | None = None, work: Path = WORK)
     read instead of encoding again (a split without its file is encoded, and kept in ``work``)."""
     import dataclasses
 
-    from xtransformer.data.inputs import LabeledData
-    from xtransformer.methods.xrtransformer import FinalModelConfig
+    from xtransformer.api import FinalModelConfig, LabeledData
 
     run = RunFolder(run_dir)
     xrt, ds = run.model("xrtransformer"), run.dataset
@@ -224,7 +223,7 @@ def final_model_settings(fcfg: Any, **changes: Any) -> Any:
 def fit_rows(X: sp.spmatrix, Y: sp.spmatrix, label_ids: Sequence[str], config: Any) -> Any:
     """``XRLinear.fit`` on feature rows ``X`` (TF-IDF, or final-model rows) with ``config`` (an
     ``XRLinearConfig``); no stage cache (a scratch one)."""
-    from xtransformer import XRLinear
+    from xtransformer.api import XRLinear
 
     return XRLinear.fit(X, Y, label_ids=label_ids, xrlinear=config)
 
@@ -270,7 +269,7 @@ def compact_encoder(src: Path, out: Path, batches: Iterable[Sequence[str]], max_
 def holdout_rows(n: int, holdout: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Rows fitted on and the ``holdout`` random rows held out, each sorted: the selections' split,
     the rows ``python train.py data.holdout=N data.holdout_seed=S`` holds out."""
-    from xtransformer.data.dataset import held_out_rows
+    from xtransformer.api import held_out_rows
 
     return held_out_rows(n, holdout, seed)
 

@@ -14,15 +14,13 @@ each row's top k, in chunks of documents.
 from __future__ import annotations
 
 import pickle
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for `phases`
 
 import libmultilabel.linear as linear
 import numpy as np
-import phases
 import scipy.sparse as sp
+
+from benchmarks import phases
 
 MODELS = ("1vsrest", "tree")
 CHUNK_DOCS = 2000  # documents scored at a time (dense N x L scores)

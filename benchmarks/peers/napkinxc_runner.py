@@ -9,15 +9,13 @@ both are reported as variants of one trained model.
 from __future__ import annotations
 
 import itertools
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for `phases`
-
 import numpy as np
-import phases
 import scipy.sparse as sp
 from napkinxc.models import PLT
+
+from benchmarks import phases
 
 
 class Napkinxc(phases.System):

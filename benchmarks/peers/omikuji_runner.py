@@ -7,15 +7,13 @@ its throughput measured from Python understates its Rust core.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for `phases`
 
 import numpy as np
 import omikuji
-import phases
 import scipy.sparse as sp
+
+from benchmarks import phases
 
 
 class Omikuji(phases.System):

@@ -6,15 +6,13 @@ Runs inside ``benchmarks/.venvs/pecos``. Prediction goes through PECOS's C++ pat
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for `phases`
-
-import phases
 import scipy.sparse as sp
 from pecos.xmc import Indexer, LabelEmbeddingFactory
 from pecos.xmc.xlinear.model import XLinearModel
+
+from benchmarks import phases
 
 
 class Pecos(phases.System):

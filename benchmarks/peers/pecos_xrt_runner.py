@@ -39,16 +39,12 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ for `phases`
-
 import numpy as np
-import phases
 import scipy.sparse as sp
 import torch
 from pecos.utils import torch_util
@@ -58,6 +54,8 @@ from pecos.xmc.xtransformer import matcher as pecos_matcher
 from pecos.xmc.xtransformer.matcher import TransformerMatcher
 from pecos.xmc.xtransformer.model import XTransformer
 from pecos.xmc.xtransformer.module import MLProblemWithText
+
+from benchmarks import phases
 
 # ---- the recipe (params/eurlex-4k/bert/params.json) ----------------------------------------------
 TREE = {"imbalanced_ratio": 0.0, "imbalanced_depth": 100, "spherical": True, "kmeans_max_iter": 20}

@@ -3,7 +3,7 @@
 many held-out documents it and the per-label thresholds need, the per-label back-off
 (``min_positives``), ``min_labels``, and what holding documents out costs the model.
 
-    python experiments/calibration/bench_calibration.py [--holdout 6000] [--assess 2000]
+    python -m experiments.calibration.bench_calibration [--holdout 6000] [--assess 2000]
 
 XR-Linear of ``--experiment``'s recipe (``XRLinear.fit`` on the texts, the run's TF-IDF settings)
 is trained on all but ``--holdout`` random training documents, which it then scores once. Of those,
@@ -15,15 +15,13 @@ measured by training the same model on all training documents and on all but eac
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import (
+from ..common import (
     WORK,
     compose_settings,
     describe,
@@ -40,9 +38,7 @@ MIN_POSITIVES = (3, 5, 10, 20, 50)
 
 
 def fit_xrlinear(data, settings, cache: Path):
-    from xtransformer import XRLinear
-    from xtransformer.cache import StageCache
-    from xtransformer.context import TrainContext
+    from xtransformer.api import StageCache, TrainContext, XRLinear
 
     t0 = time.perf_counter()
     with TrainContext(cache=StageCache(cache)) as ctx:
@@ -52,7 +48,7 @@ def fit_xrlinear(data, settings, cache: Path):
 
 
 def log_loss(cal, pred: sp.csr_matrix, Y: sp.csr_matrix) -> float:
-    from xtransformer.calibration.calibrator import entry_targets
+    from xtransformer.api import entry_targets
 
     p = np.clip(cal.probabilities(pred).data.astype(np.float64), 1e-7, 1 - 1e-7)
     t = entry_targets(sp.csr_matrix(pred), Y)
@@ -73,7 +69,7 @@ def assess(cal, decision: dict, pred: sp.csr_matrix, Y: sp.csr_matrix) -> dict:
 
 
 def fitted(pred, Y, **fields):
-    from xtransformer.calibration import Calibration, CalibrationConfig
+    from xtransformer.api import Calibration, CalibrationConfig
 
     config = CalibrationConfig(**{"method": "platt", "holdout": pred.shape[0], **fields})
     return Calibration.fit(pred, Y, config, {"source": "study"})
@@ -82,8 +78,7 @@ def fitted(pred, Y, **fields):
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    from xtransformer import load_dataset
-    from xtransformer.data.inputs import LabeledData
+    from xtransformer.api import LabeledData, load_dataset
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--holdout", type=int, default=6000)

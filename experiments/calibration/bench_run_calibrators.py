@@ -3,7 +3,7 @@ held-out scores; this checks Platt (score; score and rank) and isotonic on every
 (XR-Transformer and the combination too), each refitted on the run's own held-out training
 documents (its ``calibration.holdout`` and ``seed``) and applied to the run's eval predictions.
 
-    python experiments/calibration/bench_run_calibrators.py --run RUN [--tag eurlex57k]
+    python -m experiments.calibration.bench_run_calibrators --run RUN [--tag eurlex57k]
 
 RUN: the output folder of ``python train.py experiment=eurlex57k_xr_ensemble calibration=...``.
 The eval split only reports (the choice was made on held-out documents). Prints the table and
@@ -13,11 +13,8 @@ writes ``<results>/calibration-run-<tag>.{json,md}``.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import RunFolder, results_option, run_option, save_table
+from ..common import RunFolder, results_option, run_option, save_table
 
 CALIBRATORS = (("platt", "score"), ("platt", "score+rank"), ("isotonic", "score"))
 KEYS = ("ECE", "ECE@1", "micro-F1", "macro-F1", "micro-F1 per-label", "threshold")
@@ -25,7 +22,7 @@ KEYS = ("ECE", "ECE@1", "micro-F1", "macro-F1", "micro-F1 per-label", "threshold
 
 def held_out_documents(run: RunFolder):
     """The training documents the run held out of every model, drawn as the run drew them."""
-    from xtransformer.data.inputs import LabeledData
+    from xtransformer.api import LabeledData
 
     c = run.settings.calibration
     if not c.enabled:
@@ -35,8 +32,7 @@ def held_out_documents(run: RunFolder):
 
 def method_rows(run: RunFolder, name: str, held, split: str) -> list[dict]:
     """Each calibrator fitted on ``name``'s scores of the held-out documents, reported on ``split``."""
-    from xtransformer.calibration import Calibration, CalibrationConfig
-    from xtransformer.utils.io import load_csr
+    from xtransformer.api import Calibration, CalibrationConfig, load_csr
 
     pred_held = run.model(name).predict_csr(held.texts)
     pred = load_csr(run.folder / "predictions" / name / f"{split}.npz")

@@ -2,8 +2,8 @@
 the suite tokenises), ``--held-out`` random training documents (seed 0), the eval split, and
 MiniLM's word table in fp16.
 
-    python experiments/cnn_baselines/prepare.py --out DIR                   # EURLEX57K: 500 tokens, 5,000 held out, dev
-    python experiments/cnn_baselines/prepare.py --dataset reuters21578 --max-length 128 --held-out 1000 --out DIR
+    python -m experiments.cnn_baselines.prepare --out DIR                   # EURLEX57K: 500 tokens, 5,000 held out, dev
+    python -m experiments.cnn_baselines.prepare --dataset reuters21578 --max-length 128 --held-out 1000 --out DIR
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ import scipy.sparse as sp
 def main() -> None:
     from transformers import AutoTokenizer
 
-    from xtransformer import load_dataset
-    from xtransformer.encoders import pretrained_encoder, resolve_model
-    from xtransformer.encoders.tokens import tokenize_texts
+    from xtransformer.api import load_dataset, pretrained_encoder, resolve_model, tokenize_texts
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default="eurlex57k")

@@ -6,8 +6,8 @@ chosen there, by P@1 + P@3 + P@5) and on dev (reported). A time budget per model
 a 60-step probe times a step, then as many of the recipe's 50 epochs as fit run, with the linear
 decay spread over them.
 
-    python experiments/cnn_baselines/train_gpu.py --data DIR --out DIR [--budget kimcnn=250 --budget xmlcnn=150]
-    python experiments/cnn_baselines/train_gpu.py --data DIR --out DIR --epochs 5 --lr 1e-3 --lr 2e-3 --max-length 128
+    python -m experiments.cnn_baselines.train_gpu --data DIR --out DIR [--budget kimcnn=250 --budget xmlcnn=150]
+    python -m experiments.cnn_baselines.train_gpu --data DIR --out DIR --epochs 5 --lr 1e-3 --lr 2e-3 --max-length 128
 
 Writes ``<out>/<model>.json``: per-epoch scores, the chosen epoch, seconds, predict docs/s.
 """
@@ -26,12 +26,7 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from xtransformer.encoders.tokens import TokenizedTexts
-from xtransformer.matcher.inference import topb_csr
-from xtransformer.methods.cnn.config import CNNConfig, _xmlcnn
-from xtransformer.methods.cnn.module import CNNModule
-from xtransformer.metrics import evaluate
-from xtransformer.training import LinearWarmupDecay
+from xtransformer.api import XMLCNN, CNNConfig, CNNModule, KimCNN, LinearWarmupDecay, TokenizedTexts, evaluate, topb_csr
 
 TOPK, PROBE_STEPS = 20, 70
 
@@ -176,7 +171,7 @@ def main() -> None:
     data, device = Arrays(args.data), torch.device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, budget, lr in runs(args):
-        cfg = CNNConfig() if name == "kimcnn" else _xmlcnn()
+        cfg = (KimCNN if name == "kimcnn" else XMLCNN).settings_class().cnn  # the method's recipe
         cfg.max_length, cfg.lr = args.max_length, lr or cfg.lr
         cfg.max_epochs = args.epochs or cfg.max_epochs
         result = train(data, cfg, budget, device)

@@ -1,6 +1,6 @@
 """What the encoder's dropout costs a fine-tuning step on this CPU (``matcher.dropout``).
 
-    python experiments/dropout/bench_dropout.py [--tag TAG] [--steps 12]
+    python -m experiments.dropout.bench_dropout [--tag TAG] [--steps 12]
 
 MiniLM in training mode, one step (forward, backward, fused AdamW) on 8 documents of 128 tokens
 (EURLEX57K's fine-tuning batch) and on 32 of 64 (Reuters'), at the precision
@@ -16,12 +16,9 @@ random number per attention weight. Prints the table and writes
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import results_option, save_table
+from ..common import results_option, save_table
 
 SHAPES = ((8, 128), (32, 64))
 # (row, hidden-state rate, attention rate); MiniLM's own rates are 0.1 / 0.1
@@ -31,8 +28,7 @@ SETTINGS = (("the model's (0.1 / 0.1)", 0.1, 0.1), ("attention dropout 0", 0.1, 
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from xtransformer.encoders import autocast_context, pretrained_encoder, resolve_model, set_dropout
-    from xtransformer.utils.hardware import resolve_precision
+    from xtransformer.api import autocast_context, pretrained_encoder, resolve_model, resolve_precision, set_dropout
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tag", default="cpu")
@@ -80,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     base = rows[0]
     cpu_name = torch.cpu.get_capabilities().get("cpu_name")
     lines = [
-        f"`python experiments/dropout/bench_dropout.py --tag {args.tag} --steps {args.steps}` "
+        f"`python -m experiments.dropout.bench_dropout --tag {args.tag} --steps {args.steps}` "
         f"(2 threads; {cpu_name}; "
         f"precision {precision}; median of {args.steps} steps)",
         "",

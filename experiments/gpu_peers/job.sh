@@ -1,6 +1,6 @@
 #!/bin/bash
 # The GPU job, started detached by run.sh from the checkout's root with .gpu/ beside it: unpack and
-# build, then benchmarks/run.py for ours (trainer=gpu) and for PECOS's XR-Transformer (its GPU path).
+# build, then python -m benchmarks.run for ours (trainer=gpu) and for PECOS's XR-Transformer (its GPU path).
 # SYSTEMS: which systems, in order (default "ours-xrtransformer pecos-xrt"; one a time where the
 # machine's minutes cannot hold both); TAG: the tables' tag before the system's name (default gpu).
 # For a rehearsal on a CPU host: J (job folder), STEPS_SCALE,
@@ -32,7 +32,7 @@ XR=(--xr-override experiment=eurlex57k_xr_ensemble --xr-override trainer=gpu --x
 COMMON=(--dataset "$DATASET" --threads "$(nproc)" --timeout 3600 --out "$J/out" --work /tmp/work ${EXTRA:-})
 for system in ${SYSTEMS:-ours-xrtransformer pecos-xrt}; do  # one harness run each: a table as soon as one ends
   log=$J/${system%%-*}.log
-  $PY benchmarks/run.py "${COMMON[@]}" --systems "$system" --steps-scale "${STEPS_SCALE:-1}" --tag "${TAG:-gpu}-$system" "${XR[@]}" > "$log" 2>&1
+  $PY -m benchmarks.run "${COMMON[@]}" --systems "$system" --steps-scale "${STEPS_SCALE:-1}" --tag "${TAG:-gpu}-$system" "${XR[@]}" > "$log" 2>&1
   stamp "$system rc $?"
 done
 touch "$J/done"

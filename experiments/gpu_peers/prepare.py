@@ -1,4 +1,4 @@
-"""The files a GPU machine without network needs to run the neural rows of benchmarks/run.py.
+"""The files a GPU machine without network needs to run the neural rows of ``python -m benchmarks.run``.
 
 Such a machine here took at most 64 MiB of files per command, had Python 3.12, PyTorch, Lightning,
 transformers 5 and scikit-learn, and none of Hydra, OmegaConf, libpecos or PECOS's transformers 4.46.
@@ -16,7 +16,7 @@ This writes them into one folder (default ``.gpu/``, git-ignored), each xz-compr
 - ``cpp.tar.xz``: the compiled loops' C++ sources (built there with the machine's compiler);
 - ``job.sh`` / ``run.sh``: the job (setup, then the harness for ours, then for PECOS) and its driver.
 
-    python experiments/gpu_peers/prepare.py                  # here, once (a few minutes)
+    python -m experiments.gpu_peers.prepare                  # here, once (a few minutes)
     bash .gpu/run.sh start 540                               # there, with .gpu carried: start, wait, collect
     bash .gpu/run.sh wait 240                                # there again, while the machine is still held
 
@@ -35,8 +35,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import ROOT, compact_encoder, compose_settings
+from ..common import ROOT, compact_encoder, compose_settings
 
 HERE = Path(__file__).resolve().parent
 LIMIT_MIB = 64  # what the machine took per command, the checkout included
@@ -107,8 +106,7 @@ def main() -> None:
     )
     args = ap.parse_args()
 
-    from xtransformer.data.dataset import resolve_dataset_dir
-    from xtransformer.encoders import resolve_model
+    from xtransformer.api import resolve_dataset_dir, resolve_model
 
     s = compose_settings(args.override, args.experiment)
     data = resolve_dataset_dir(s.data)

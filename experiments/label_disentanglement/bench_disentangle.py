@@ -2,16 +2,16 @@
 
 Usage (from the repository root)::
 
-    python experiments/label_disentanglement/bench_disentangle.py --dataset reuters21578 --copies 1,2,3,4,6
-    python experiments/label_disentanglement/bench_disentangle.py --dataset bibtex --n-clusters 16
+    python -m experiments.label_disentanglement.bench_disentangle --dataset reuters21578 --copies 1,2,3,4,6
+    python -m experiments.label_disentanglement.bench_disentangle --dataset bibtex --n-clusters 16
     # max_leaf_size 100: K = 64
-    python experiments/label_disentanglement/bench_disentangle.py --dataset eurlex57k --n-clusters 0
+    python -m experiments.label_disentanglement.bench_disentangle --dataset eurlex57k --n-clusters 0
     # XR-Transformer's final model: TF-IDF ⊕ the embeddings of every split by the fine-tuned encoder
     # of a finished run (RUN: its output folder; RUN/model/xrtransformer is loaded), pruned at 0.01
-    python experiments/label_disentanglement/bench_disentangle.py --dataset eurlex57k --n-clusters 0 --run RUN \
+    python -m experiments.label_disentanglement.bench_disentangle --dataset eurlex57k --n-clusters 0 --run RUN \
         --threshold 0.01
 
-One TF-IDF build per dataset (``benchmarks/workdata.py``), evaluated on the dev split (carved from
+One TF-IDF build per dataset (``benchmarks.workdata``), evaluated on the dev split (carved from
 train where the dataset has none). The partition model (λ = 1) is trained once; its beam search
 over the training documents gives the counts ``Yᵀ·M`` every λ > 1 is reassigned from
 (``xtransformer.indexing.reassign``), and each λ > 1 retrains XR-Linear on its overlapping leaf
@@ -35,16 +35,23 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]  # benchmarks.workdata; the studies' shared helpers
-
-from common import RunFolder, embeddings, final_rows
-
 from benchmarks.workdata import prepare_dataset
-from xtransformer.indexing import IndexingConfig, build_index, cluster_counts, overlap_summary, reassign
-from xtransformer.metrics import evaluate, propensity
-from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig
-from xtransformer.utils.io import save_csr
+from xtransformer.api import (
+    HierarchicalLinear,
+    HierarchicalLinearConfig,
+    IndexingConfig,
+    build_index,
+    cluster_counts,
+    evaluate,
+    overlap_summary,
+    propensity,
+    reassign,
+    save_csr,
+)
+
+from ..common import RunFolder, embeddings, final_rows
+
+ROOT = Path(__file__).resolve().parents[2]
 
 KEYS = ("P@1", "P@3", "P@5", "R@5", "PSP@5")
 NR_SPLITS, MAX_LEAF_SIZE = 16, 100  # XRLinearConfig (configs/xrlinear): nr_splits, indexing.max_leaf_size
@@ -145,7 +152,7 @@ def render(rows: list[dict], meta: dict) -> str:
 def run_final_rows(run: Path, dataset: str, X: dict, work: Path) -> dict:
     """XR-Transformer's final-model rows of each split in ``X`` (TF-IDF rows): TF-IDF ⊕ the run's
     fine-tuned encoder's embeddings of the split's texts (``model.embed``, kept in ``work``)."""
-    from xtransformer import load_dataset
+    from xtransformer.api import load_dataset
 
     model = RunFolder(run).model("xrtransformer")
     ds = load_dataset(dataset, eval_split="dev")  # as prepare_dataset loaded it: the same rows, with their texts
@@ -294,7 +301,7 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".md").write_text(
             f"# Label disentanglement sweep: {problem.name}\n\n"
-            "`python experiments/label_disentanglement/bench_disentangle.py "
+            "`python -m experiments.label_disentanglement.bench_disentangle "
             f"{' '.join(sys.argv[1:])}`\n\n{table}"
         )
         out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")

@@ -1,6 +1,6 @@
 """Adding labels to a trained XR-Linear instead of retraining it, on EURLEX57K.
 
-    python experiments/label_growth/bench_label_growth.py [--drop 0.1] [--min-docs 5] [--seed 0]
+    python -m experiments.label_growth.bench_label_growth [--drop 0.1] [--min-docs 5] [--seed 0]
 
 A seeded draw of ``--drop`` of the labels with at least ``--min-docs`` training documents is held
 back: XR-Linear (the settings of ``--experiment``, default ``eurlex57k_xr_ensemble``'s XR-Linear)
@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import METRICS, RESULTS, compose_settings, public_args, rounded, save_table, trees
+from xtransformer.api import ADDED_REACH
 
-from xtransformer.ranker.config import ADDED_REACH
+from ..common import METRICS, RESULTS, compose_settings, public_args, rounded, save_table, trees
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -129,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
 def xrlinear_setup(experiment: str) -> dict:
     """XR-Linear with ``experiment``'s settings on the TF-IDF rows of its data (the vectoriser one
     fit on the training texts gives; every model here shares it, as each fit would give it)."""
-    from xtransformer import XRLinear, load_dataset
+    from xtransformer.api import XRLinear, load_dataset
 
     settings = compose_settings([], experiment)
     s = settings.methods["xrlinear"]
@@ -154,11 +152,9 @@ def final_model_setup(run_dir: Path, kept: Path | None = None) -> dict:
     """A finished XR-Transformer run's final model on its rows (``common.final_model_rows``): the
     full model is the run's own (its training time the run's), the reduced one retrains only the
     final model, on the same encoder."""
-    from common import final_model_rows, fit_rows
+    from xtransformer.api import XRLinear
 
-    from xtransformer import XRLinear
-    from xtransformer.methods.base import ModelRecords
-    from xtransformer.methods.xrlinear.model import ranker_predict_settings
+    from ..common import final_model_rows, fit_rows
 
     r = final_model_rows(run_dir, kept)
     ids, names = list(r.train.label_ids), list(r.train.label_names)
@@ -167,8 +163,7 @@ def final_model_setup(run_dir: Path, kept: Path | None = None) -> dict:
         return fit_rows(r.X_train, Y, label_ids, r.config)
 
     def full(reduced):  # the run's final model, read through the reduced model's feature-row vectoriser
-        records = ModelRecords(ids, names, ranker_predict_settings(r.model.final.config))
-        return XRLinear(records, reduced.tfidf, r.model.final), r.train_s
+        return XRLinear.from_tree_model(r.model.final, reduced.tfidf, ids, names), r.train_s
 
     held = None if r.held is None else {"X": r.X_held, "Y": r.held.Y}
     return {
@@ -183,21 +178,12 @@ def grown_from_texts(setup: dict, reduced, cache: Path, placing: dict) -> tuple:
     training stages included), grown by ``XRTransformer.add_labels`` from the training texts with
     the run's stage ``cache``; returned as the rows model the table scores (its final model), and
     the seconds ``add_labels`` took."""
-    from xtransformer import XRLinear, XRTransformer
-    from xtransformer.methods.base import ModelRecords
-    from xtransformer.methods.xrlinear.model import ranker_predict_settings
+    from xtransformer.api import XRLinear
 
-    xrt = setup["xrt"]
-    records = ModelRecords(reduced.label_ids, reduced.label_names, dict(xrt.predict_settings), dict(xrt.train_settings))
-    model = XRTransformer(records, xrt.tfidf, xrt.matcher, xrt.features, reduced.model)  # no chain: it held every label
-    model.device = xrt.device
+    model = setup["xrt"].with_final_model(reduced.model, reduced.label_ids, reduced.label_names)
     grown, seconds = timed(lambda: model.use_cache(cache).add_labels(setup["texts"], setup["train_Y"], **placing))
     print(f"grown from texts: {grown.report['added_labels']['n_added']} labels in {seconds:.1f} s", flush=True)
-    rows_model = XRLinear(
-        ModelRecords(grown.label_ids, grown.label_names, ranker_predict_settings(grown.final.config)),
-        reduced.tfidf,
-        grown.final,
-    )
+    rows_model = XRLinear.from_tree_model(grown.final, reduced.tfidf, grown.label_ids, grown.label_names)
     rows_model.predict_settings["added_reach"] = grown.predict_settings["added_reach"]
     rows_model.report = grown.report
     return rows_model, seconds
@@ -222,7 +208,7 @@ def row(name: str, model, dev, ids: list[str], seconds: float, dropped: np.ndarr
     with these prediction ``settings``; the seconds the dev predictions took (after a first call
     on one document, which builds the scoring layouts a loaded model builds as it loads); and what
     the top 5s hold (``top5_split``)."""
-    from xtransformer.metrics import evaluate
+    from xtransformer.api import evaluate
 
     model.predict_features_csr(dev["X"][:1], **settings)  # builds the scoring layouts: the timing is of predicting
     P, predict_s = timed(lambda: model.predict_features_csr(dev["X"], **settings))
@@ -236,7 +222,7 @@ def row(name: str, model, dev, ids: list[str], seconds: float, dropped: np.ndarr
 def top5_split(P: sp.csr_matrix, Y: sp.spmatrix, dropped: np.ndarray) -> dict:
     """Where a P@5 gap comes from: the (document, label) pairs of the top 5s that are right, on the
     held-back labels and on the others, and the held-back labels that are there but wrong."""
-    from xtransformer.topk import topk_csr
+    from xtransformer.api import topk_csr
 
     top = topk_csr(P, 5)
     top.data[:] = 1.0

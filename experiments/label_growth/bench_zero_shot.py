@@ -1,7 +1,7 @@
 """Zero-shot labels on EURLEX57K dev: a finished XR-Transformer run's models with their label texts.
 
     # RUN: the output folder of `python train.py experiment=eurlex57k_xr` (or _xr_ensemble)
-    python experiments/label_growth/bench_zero_shot.py --run RUN [--sample 2000] [--bounds 5:0]
+    python -m experiments.label_growth.bench_zero_shot --run RUN [--sample 2000] [--bounds 5:0]
 
 ``fit_zero_shot`` is fitted on ``--sample`` seeded training documents for each of the run's two
 models (XR-Transformer: the fine-tuned encoder's embeddings of the label names and alternative
@@ -15,12 +15,10 @@ ranked alone, over the documents with a label in it). Writes ``<results>/zero-sh
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import RESULTS, public_args, save_table
+from ..common import RESULTS, public_args, save_table
 
 GROUPS = ("frequent", "few", "zero")
 
@@ -36,8 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tag", default="eurlex57k")
     ap.add_argument("--bounds", default="", help="more zero_shot_per_doc:zero_shot_floor pairs to score, e.g. 5:0")
     args = ap.parse_args(argv)
-    from xtransformer import XMCModel, load_dataset
-    from xtransformer.data.inputs import LabeledData
+    from xtransformer.api import LabeledData, XMCModel, load_dataset
 
     main_model = XMCModel.load(args.run)  # the run's main method: its combination is "<main>+xrlinear"
     combo = XMCModel.load(args.run, f"{main_model.method}+xrlinear")
@@ -101,7 +98,7 @@ def label(calls: dict, defaults: dict) -> str:
 
 
 def scores(name: tuple[str, str], pred, Y, train_Y) -> dict:
-    from xtransformer.metrics import evaluate, group_metrics
+    from xtransformer.api import evaluate, group_metrics
 
     overall = evaluate(Y, pred)
     groups = group_metrics(Y, pred, train_Y.getnnz(axis=0))

@@ -1,8 +1,8 @@
 """How many solver passes labels added to a trained model get (``added_max_iter``), and what
 sampling their negatives would do instead, chosen on held-out training documents (never dev).
 
-    python experiments/label_growth/choose_passes.py [--holdout 5000] [--seed 0] [--passes 1,2,3,5,100]
-    python experiments/label_growth/choose_passes.py --run RUN --embeddings DIR --sampled "" \
+    python -m experiments.label_growth.choose_passes [--holdout 5000] [--seed 0] [--passes 1,2,3,5,100]
+    python -m experiments.label_growth.choose_passes --run RUN --embeddings DIR --sampled "" \
         --tag eurlex57k-xrtransformer
 
 The held-out split, the draw, ``full`` and ``reduced`` are ``choose_placement.py``'s. ``reduced``
@@ -21,20 +21,16 @@ fixed before the runs: the fewest passes whose held-out P@1, P@5 and nDCG@5 are 
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
-from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import scipy.sparse as sp
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]  # helpers
-from choose_placement import BAR, GAP_KEYS, growth_options, held_out_growth, scored
-from choose_placement import table as placement_table
-from common import public_args, save_table, selection_parser, trees
+from xtransformer.api import added_labels_solver
 
-import xtransformer.ranker.hierarchical as hierarchical
+from ..common import public_args, save_table, selection_parser, trees
+from .choose_placement import BAR, GAP_KEYS, growth_options, held_out_growth, scored
+from .choose_placement import table as placement_table
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -61,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     for item in [s for s in args.sampled.split(",") if s]:
         rate, hard, slots = float(item.split(":")[0]), *(int(x) for x in item.split(":")[1:])
         trainer = sampled_trainer(rate, hard, slots, args.seed)
-        with mock.patch.object(hierarchical, "train_one_vs_all", trainer):
+        with added_labels_solver(trainer):
             grow(f"sampled: rate {rate}, {hard} nearest, {slots} slots", rate=rate, hard=hard, slots=slots)
     for r in rows[1:]:
         r["gap"] = {k: round(r["holdout"][k] - rows[0]["holdout"][k], 2) for k in GAP_KEYS}
@@ -74,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
 def sampled_trainer(rate: float, hard: int, slots: int, seed: int):
     """A ``train_one_vs_all`` against sampled negatives (see the module's text); its report adds
     ``rows``, the rows its tasks train on."""
-    from xtransformer.ranker.fit import LevelSpec, solver_params, train_level
+    from xtransformer.api import LevelSpec, solver_params, train_level
 
     def train(X: sp.csr_matrix, Y: sp.csr_matrix, cfg):
         N, L = Y.shape
@@ -93,7 +89,7 @@ def sampled_trainer(rate: float, hard: int, slots: int, seed: int):
 
 def nearest(X: sp.csr_matrix, Y: sp.csr_matrix, k: int) -> sp.csr_matrix:
     """``N x L``: each label's ``k`` documents nearest its PIFA row (cosine), its positives aside."""
-    from xtransformer.utils.rows import unit_rows
+    from xtransformer.api import unit_rows
 
     Y = sp.csr_matrix(Y, dtype=np.float32)
     S = (X @ unit_rows(sp.csr_matrix(Y.T @ X)).T).toarray()

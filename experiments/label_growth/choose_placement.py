@@ -1,7 +1,7 @@
 """Where added labels go and in how many leaves, chosen on held-out training documents (never dev).
 
-    python experiments/label_growth/choose_placement.py [--holdout 5000] [--seed 0]
-    python experiments/label_growth/choose_placement.py --run RUN [--embeddings DIR] --tag eurlex57k-xrtransformer
+    python -m experiments.label_growth.choose_placement [--holdout 5000] [--seed 0]
+    python -m experiments.label_growth.choose_placement --run RUN [--embeddings DIR] --tag eurlex57k-xrtransformer
 
 EURLEX57K's training split is cut into fitted documents and ``--holdout`` seeded held-out ones. A
 seeded ``--drop`` of the labels with at least ``--min-docs`` fitted documents is held back;
@@ -26,7 +26,6 @@ out of every model for its calibration.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,9 +33,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from bench_label_growth import draw, final_model_setup, in_space
-from common import compose_settings, held_out_total, holdout_rows, public_args, rounded, save_table, selection_parser
+from ..common import compose_settings, held_out_total, holdout_rows, public_args, rounded, save_table, selection_parser
+from .bench_label_growth import draw, final_model_setup, in_space
 
 GAP_KEYS = ("P@1", "P@5", "nDCG@5")
 BAR = 0.3
@@ -105,7 +103,7 @@ def held_out_growth(args) -> tuple[dict, np.ndarray, Any, list[dict]]:
 def xrlinear_setup(experiment: str, holdout: int, seed: int) -> dict:
     """XR-Linear (``experiment``'s) on the training split less ``holdout`` seeded documents; ``full``
     is fitted on all labels here, ``fit`` refits on the given ones."""
-    from xtransformer import XRLinear, load_dataset
+    from xtransformer.api import XRLinear, load_dataset
 
     settings = compose_settings([], experiment)
     s, ds = settings.methods["xrlinear"], load_dataset(settings.data)
@@ -145,7 +143,7 @@ def run_setup(run: Path, kept: Path | None) -> dict:
 
 def scored(row: dict, model, splits: dict, ids: list[str], **settings) -> dict:
     """``row`` with the model's P@k / nDCG@5 on each split (prediction ``settings``), in the full label space."""
-    from xtransformer.metrics import evaluate
+    from xtransformer.api import evaluate
 
     for split, (X, Y) in splits.items():
         P = model.predict_features_csr(X, **settings)

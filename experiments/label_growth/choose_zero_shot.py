@@ -1,7 +1,7 @@
 """How many zero-shot labels a document may gain, and how sure each must be: chosen on held-out
 training documents, never on dev.
 
-    python experiments/label_growth/choose_zero_shot.py [--holdout 5000] [--seed 0] [--drop 0.25]
+    python -m experiments.label_growth.choose_zero_shot [--holdout 5000] [--seed 0] [--drop 0.25]
 
 EURLEX57K's training split is cut into fitted documents and ``--holdout`` seeded held-out ones. A
 seeded ``--drop`` share of the rare labels (1 to ``--max-docs`` fitted documents) becomes the
@@ -18,15 +18,12 @@ nDCG@5 are each no more than 0.1 below ``zero_shot_labels: false``, the highest 
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import compose_settings, holdout_rows, public_args, save_table, selection_parser
+from ..common import compose_settings, holdout_rows, public_args, save_table, selection_parser
 
 PER_DOC = (1, 2, 3, 5)
 FLOORS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
@@ -41,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-docs", type=int, default=5, help="fitted documents a rare label has at most")
     ap.add_argument("--sample", type=int, default=2000, help="fitted documents the calibration reads")
     args = ap.parse_args(argv)
-    from xtransformer import XRLinear, load_dataset
+    from xtransformer.api import XRLinear, load_dataset
 
     settings = compose_settings([], args.experiment)
     ds = load_dataset(settings.data)
@@ -104,7 +101,7 @@ def without(Y: sp.csr_matrix, labels: np.ndarray) -> sp.csr_matrix:
 
 
 def scored(row: dict, pred: sp.csr_matrix, Y: sp.csr_matrix, counts: np.ndarray) -> dict:
-    from xtransformer.metrics import evaluate, group_metrics
+    from xtransformer.api import evaluate, group_metrics
 
     overall = evaluate(Y, pred)
     zero = group_metrics(Y, pred, counts)["zero"]

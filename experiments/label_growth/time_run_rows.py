@@ -1,6 +1,6 @@
 """What adding labels from texts spends on the training run's rows, beside adding from rows.
 
-    python experiments/label_growth/time_run_rows.py --run RUN --cache CACHE [--repeats 2]
+    python -m experiments.label_growth.time_run_rows --run RUN --cache CACHE [--repeats 2]
 
 On the training texts of an XR-Transformer run (its calibration hold-out left out, as the run
 trained), times finding the texts among the run's documents (digests, the stages' checksums),
@@ -11,12 +11,10 @@ taking its embeddings and TF-IDF rows, and joining them into the final model's r
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import RunFolder
+from ..common import RunFolder
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,11 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args(argv)
 
-    from xtransformer.cache import StageCache
-    from xtransformer.data.inputs import LabeledData
-    from xtransformer.methods.reuse import RunRows, tfidf_rows
-    from xtransformer.methods.xrtransformer.features import final_features
-    from xtransformer.methods.xrtransformer.levels import EMBED_STAGE
+    from xtransformer.api import EMBED_STAGE, LabeledData, RunRows, StageCache, final_features, tfidf_rows
 
     run = RunFolder(args.run)
     model, c = run.model("xrtransformer"), run.settings.calibration

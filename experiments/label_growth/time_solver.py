@@ -1,7 +1,7 @@
 """What the ranker's solver spends on adding labels: the one-vs-all problems of a label draw, and a
 whole XR-Linear fit, on EURLEX57K's training TF-IDF rows.
 
-    python experiments/label_growth/time_solver.py [--repeats 3] [--fit] [--tag NAME]
+    python -m experiments.label_growth.time_solver [--repeats 3] [--fit] [--tag NAME]
 
 The draw is ``bench_label_growth.py``'s (``--drop`` of the labels with at least ``--min-docs``
 training documents, ``--seed``): ``train_one_vs_all`` trains each drawn label against all 45,000
@@ -10,25 +10,22 @@ training documents, as ``add_labels`` does with ``added_negatives: all``. ``--fi
 seconds and a checksum of the weights, so that two builds of the compiled loops can be compared
 (the commit recorded is that of the imported ``xtransformer``: run it with another checkout's
 ``src`` on ``PYTHONPATH``, its loops built with ``python setup.py build_ext --inplace``, to time
-that checkout's solver).
+that checkout's solver; a checkout from before ``xtransformer.api`` cannot serve).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "experiments"), str(ROOT / "experiments" / "label_growth")]  # helpers
-from bench_label_growth import draw
-from common import RESULTS, compose_settings, public_args, save_table
-
 from benchmarks.report import git_commit, machine_info
+
+from ..common import RESULTS, compose_settings, public_args, save_table
+from .bench_label_growth import draw
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,9 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     import xtransformer
-    from xtransformer import XRLinear, load_dataset
-    from xtransformer.data.tfidf import TfidfFeatures
-    from xtransformer.ranker.extend import train_one_vs_all
+    from xtransformer.api import TfidfFeatures, XRLinear, load_dataset, train_one_vs_all
 
     settings = compose_settings([], args.experiment)
     s, ds = settings.methods["xrlinear"], load_dataset(settings.data)

@@ -1,8 +1,8 @@
 """The TF-IDF lead block (``tfidf.lead_chars`` / ``tfidf.lead_weight``: a second block from each
 document's first characters), chosen on held-out training documents with XR-Linear.
 
-    python experiments/lead_tfidf/bench_lead_tfidf.py            # EURLEX57K (experiment=eurlex57k_xr's settings)
-    python experiments/lead_tfidf/bench_lead_tfidf.py --experiment '' data=reuters21578 --holdout 500 --results /tmp/r
+    python -m experiments.lead_tfidf.bench_lead_tfidf            # EURLEX57K (experiment=eurlex57k_xr's settings)
+    python -m experiments.lead_tfidf.bench_lead_tfidf --experiment '' data=reuters21578 --holdout 500 --results /tmp/r
 
 For every opening length and weight: the body and lead vectorisers (``TfidfFeatures.fit`` with the
 experiment's ``tfidf`` settings, the lead one on the openings; ``LeadTfidf.stack`` weights and
@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import (
+from ..common import (
     compose_settings,
     describe,
     experiment_options,
@@ -44,9 +41,7 @@ WEIGHTS = (0.5, 0.7, 1.0)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from xtransformer import load_dataset
-    from xtransformer.data.tfidf import LeadTfidf, TfidfFeatures
-    from xtransformer.metrics import evaluate
+    from xtransformer.api import LeadTfidf, TfidfFeatures, evaluate, load_dataset
 
     ap = selection_parser(__doc__)
     experiment_options(ap)

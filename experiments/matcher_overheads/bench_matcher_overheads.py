@@ -1,6 +1,6 @@
 """Two costs around the encoder's own compute: tokenising long documents and the AdamW step.
 
-    python experiments/matcher_overheads/bench_matcher_overheads.py [--docs 20000] [--tag eurlex57k]
+    python -m experiments.matcher_overheads.bench_matcher_overheads [--docs 20000] [--tag eurlex57k]
 
 Tokenisation of EURLEX57K training acts with MiniLM's tokenizer at 128 and 256 tokens: the whole
 text, a cut at 16 characters a token (the rule before ``encoders/tokens.py``), and
@@ -13,20 +13,15 @@ MiniLM's parameters: per-tensor loop, foreach, fused (mean of 10 steps after one
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import results_option, save_table, timed
+from ..common import results_option, save_table, timed
 
 
 def main(argv: list[str] | None = None) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from xtransformer.data import load_dataset
-    from xtransformer.encoders import pretrained_encoder, resolve_model
-    from xtransformer.encoders.tokens import tokenize_texts
+    from xtransformer.api import load_dataset, pretrained_encoder, resolve_model, tokenize_texts
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=20000, help="training acts tokenised")
@@ -67,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
         steps[name] = round(dt / 10 * 1000, 1)
     print({"AdamW step ms": steps}, flush=True)
     lines = [
-        f"`python experiments/matcher_overheads/bench_matcher_overheads.py --docs {args.docs} --tag {args.tag}` "
+        f"`python -m experiments.matcher_overheads.bench_matcher_overheads --docs {args.docs} --tag {args.tag}` "
         "(2 threads)",
         "",
         "| tokenisation | whole text s | 16 chars a token s | tokenize_texts s | ids equal whole text |",

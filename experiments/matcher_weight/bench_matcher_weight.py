@@ -2,7 +2,7 @@
 linear model: a label scores t(label) * path^w), chosen on held-out training documents.
 
     # RUN: the output folder of `python train.py experiment=eurlex57k_xr`
-    python experiments/matcher_weight/bench_matcher_weight.py --run RUN
+    python -m experiments.matcher_weight.bench_matcher_weight --run RUN
 
 For XR-Transformer's final model (TF-IDF ⊕ the run's fine-tuned embeddings) and for XR-Linear
 (TF-IDF), each with the run's settings (read from its ``metrics.json``): train on all but
@@ -19,12 +19,10 @@ new ones: the selection reads the shape of the curve, not its level. Prints the 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import (
+from ..common import (
     WORK,
     RunFolder,
     final_model_settings,
@@ -43,7 +41,7 @@ WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from xtransformer.metrics import evaluate
+    from xtransformer.api import evaluate
 
     ap = selection_parser(__doc__)
     run_option(ap, "experiment=eurlex57k_xr")

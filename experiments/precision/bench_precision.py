@@ -1,6 +1,6 @@
 """fp32 against bf16 autocast for MiniLM on this machine's processor: what ``trainer.precision=auto`` picks.
 
-    python experiments/precision/bench_precision.py [--tag TAG]
+    python -m experiments.precision.bench_precision [--tag TAG]
 
 A training step (forward, backward, fused AdamW) on 8 and on 32 documents of 128 tokens, and
 encoding (inference) of 64 documents of 256 tokens in batches of 8, each at fp32 and under bf16
@@ -12,11 +12,8 @@ to, and writes ``<results>/precision-<tag>.{json,md}`` (default ``benchmarks/res
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import results_option, save_table, timed
+from ..common import results_option, save_table, timed
 
 PRECISIONS = ("32-true", "bf16-mixed")
 
@@ -24,9 +21,7 @@ PRECISIONS = ("32-true", "bf16-mixed")
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from xtransformer.encoders import pretrained_encoder, resolve_model
-    from xtransformer.encoders.embed import autocast_context
-    from xtransformer.utils.hardware import native_bf16, resolve_precision
+    from xtransformer.api import autocast_context, native_bf16, pretrained_encoder, resolve_model, resolve_precision
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tag", default="cpu")
@@ -70,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     caps = {k: bool(v) for k, v in found.items() if k in ("avx2", "avx512_f", "avx512_bf16", "amx_bf16")}
     auto = resolve_precision("auto", "cpu")
     lines = [
-        f"`python experiments/precision/bench_precision.py --tag {args.tag}` (2 threads; {found.get('cpu_name')}: "
+        f"`python -m experiments.precision.bench_precision --tag {args.tag}` (2 threads; {found.get('cpu_name')}: "
         + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in caps.items())
         + f"; native bf16: {'yes' if native_bf16('cpu') else 'no'}, so `trainer.precision=auto` is {auto})",
         "",

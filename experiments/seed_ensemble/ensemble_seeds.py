@@ -1,9 +1,9 @@
 """Our XR-Transformer's seeds averaged: how much P@1 an ensemble of encoders buys, and at what time.
 
-    python experiments/seed_ensemble/ensemble_seeds.py --problem eurlex57k-tfidf28173255 \\
+    python -m experiments.seed_ensemble.ensemble_seeds --problem eurlex57k-tfidf28173255 \\
         --reference benchmarks/results/eurlex57k-tfidf28173255-pecos-xrt-recipe{,-seed1}.json --tag dev
 
-Reads the predictions that ``benchmarks/run.py --systems ours-xrtransformer`` left for each seed in
+Reads the predictions that ``python -m benchmarks.run --systems ours-xrtransformer`` left for each seed in
 ``<work>/<problem>/runs/ours-xrtransformer/r<seed>`` (``preds.default.npz``: XR-Transformer;
 ``preds.combined.npz``: with XR-Linear) and averages them over every set of seeds
 (``xtransformer.ensemble.ensemble_predictions``, ``average``): an ensemble of K encoders, each with
@@ -22,12 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `benchmarks`
 from benchmarks.phases import TIMINGS_FILE, preds_file
 from benchmarks.workdata import read_problem
-from xtransformer.ensemble import ensemble_predictions
-from xtransformer.metrics import evaluate
-from xtransformer.utils.io import atomic_path, load_csr, load_json, save_json
+from xtransformer.api import atomic_path, ensemble_predictions, evaluate, load_csr, load_json, save_json
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = ("P@1", "P@3", "P@5", "nDCG@5")
@@ -96,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = args.work / args.problem / "runs" / args.system
     run_dirs = {int(d.name[1:]): d for d in sorted(runs.glob("r*")) if d.name[1:].isdigit()}
     if not run_dirs:
-        sys.exit(f"{runs}: no r<seed> folders; run benchmarks/run.py --systems {args.system} first")
+        sys.exit(f"{runs}: no r<seed> folders; run python -m benchmarks.run --systems {args.system} first")
     Y = problem.Y(problem.eval_split)
     rows = [r for v in VARIANTS for r in ensembles(run_dirs, Y, v)]
     ref = reference(args.reference)

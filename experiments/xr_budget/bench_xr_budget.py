@@ -12,10 +12,10 @@ the rows of tokens EURLEX never uses zeroed; the labels), fine-tuning and embedd
 ``model.embed`` of the other split; embeddings sent back as int8, row-scaled), and the final linear
 model here on the TF-IDF of a CPU run's model folder:
 
-    python experiments/xr_budget/bench_xr_budget.py payload --out .dev      # here
-    python experiments/xr_budget/bench_xr_budget.py finetune --payload .dev --out $OUT x4 trainer=gpu \
+    python -m experiments.xr_budget.bench_xr_budget payload --out .dev      # here
+    python -m experiments.xr_budget.bench_xr_budget finetune --payload .dev --out $OUT x4 trainer=gpu \
         'matcher.level_steps=[400,800,1600]'                                  # on the GPU machine
-    python experiments/xr_budget/bench_xr_budget.py final --run RUN --emb DIR/x4 \
+    python -m experiments.xr_budget.bench_xr_budget final --run RUN --emb DIR/x4 \
         --xrlinear RUN/predictions/xrlinear/dev.npz x4                        # here
 
 With ``--holdout N`` (payload and final alike) the payload's "train" / "dev" are the training
@@ -44,15 +44,13 @@ import json
 import lzma
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import (
+from ..common import (
     ROOT,
     RunFolder,
     compact_encoder,
@@ -69,8 +67,7 @@ WORDS = 400  # texts cut to their first 400 words: at least 512 MiniLM tokens fo
 
 def payload(args: argparse.Namespace) -> None:
     """Everything fine-tuning needs, in few MiB: texts, labels, MiniLM in fp16."""
-    from xtransformer import load_dataset
-    from xtransformer.encoders import resolve_model
+    from xtransformer.api import load_dataset, resolve_model
 
     s = compose_settings(args.overrides, args.experiment)
     out = args.out
@@ -101,8 +98,7 @@ def payload(args: argparse.Namespace) -> None:
 def finetune(args: argparse.Namespace) -> None:
     """XR-Transformer's fine-tuning (``XRTransformer.fit``) and embedding pass on the payload; int8
     embeddings to --out."""
-    from xtransformer import StageCache, TrainContext, XRTransformer
-    from xtransformer.methods.xrtransformer.levels import EMBED_STAGE
+    from xtransformer.api import EMBED_STAGE, StageCache, TrainContext, XRTransformer
 
     p = args.payload.resolve()
     s = compose_settings([*args.overrides, f"matcher.model_name_or_path={p / 'encoder'}"], args.experiment)
@@ -165,9 +161,7 @@ def finetune(args: argparse.Namespace) -> None:
 
 def final(args: argparse.Namespace) -> None:
     """The final model on the run's TF-IDF and the returned embeddings; P@k alone and with XR-Linear."""
-    from xtransformer.ensemble import ensemble_predictions
-    from xtransformer.methods.xrtransformer.features import final_features
-    from xtransformer.metrics import evaluate
+    from xtransformer.api import ensemble_predictions, evaluate, final_features
 
     s = compose_settings(args.overrides, args.experiment)
     fcfg = s.methods["xrtransformer"].xrtransformer.final
@@ -196,7 +190,7 @@ def final(args: argparse.Namespace) -> None:
     P = model.predict_features_csr(F["dev"])
     seconds = time.perf_counter() - t0
     if args.predictions:
-        from xtransformer.utils.io import save_csr
+        from xtransformer.api import save_csr
 
         save_csr(P, args.predictions)
     row = {

@@ -2,7 +2,7 @@
 
     # RUN: the output folder of a calibrated run, e.g.
     #   python train.py experiment=eurlex57k_xr_ensemble calibration=isotonic calibration.holdout=1000
-    python experiments/xr_budget/check_final_costs.py --run RUN [--embeddings DIR] [--holdout 5000] [--cn 1,2]
+    python -m experiments.xr_budget.check_final_costs --run RUN [--embeddings DIR] [--holdout 5000] [--cn 1,2]
 
 ``experiment=eurlex57k_xr_ensemble`` sets ``xrtransformer.final.model.Cn: 2`` (chosen on dev over
 five encoders). Here the run's final model is refitted (``XRLinear.fit`` with the run's final-model
@@ -17,12 +17,10 @@ Prints the table and writes ``<results>/final-costs-<tag>.{json,md}``.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import (
+from ..common import (
     final_model_rows,
     fit_rows,
     held_out_total,
@@ -35,7 +33,7 @@ from common import (
 
 
 def main(argv: list[str] | None = None) -> None:
-    from xtransformer.metrics import evaluate
+    from xtransformer.api import evaluate
 
     ap = selection_parser(__doc__)
     ap.add_argument("--run", type=Path, required=True, help="output folder of a finished XR-Transformer run")

@@ -2,7 +2,7 @@
 K-fold cross-validation on the training documents.
 
     # RUN: the output folder of `python train.py experiment=eurlex57k_xr_ensemble`
-    python experiments/xr_combination/bench_xr_combination.py --run RUN
+    python -m experiments.xr_combination.bench_xr_combination --run RUN
 
 One held-out split of 5,000 documents moves P@1 by 0.02 per document, as much as the choices
 differ, so every training document is held out once: for each of ``--folds`` folds, XR-Linear and
@@ -19,7 +19,6 @@ table and writes ``<results>/xr-combination-<tag>.{json,md}`` (default ``benchma
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import (
+from ..common import (
     METRICS,
     WORK,
     RunFolder,
@@ -47,8 +45,7 @@ SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from xtransformer.ensemble import ensemble_predictions
-    from xtransformer.metrics import evaluate
+    from xtransformer.api import ensemble_predictions, evaluate
 
     ap = selection_parser(__doc__)
     run_option(ap, "experiment=eurlex57k_xr_ensemble")
@@ -164,7 +161,7 @@ def fold_predictions(
 ) -> dict[str, sp.csr_matrix]:
     """XR-Linear's and each final-model tree's predictions for ``rows``, trained on ``fit`` (read back
     from the folder ``path`` when an earlier run finished it)."""
-    from xtransformer.utils.io import atomic_dir, is_complete, load_csr, save_csr
+    from xtransformer.api import atomic_dir, is_complete, load_csr, save_csr
 
     if is_complete(path):
         return {f.stem: load_csr(f) for f in sorted(path.glob("*.npz"))}

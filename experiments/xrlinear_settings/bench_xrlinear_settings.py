@@ -2,7 +2,7 @@
 experiment, chosen on held-out training documents.
 
     # RUN: the output folder of `python train.py experiment=eurlex57k_xr`
-    python experiments/xrlinear_settings/bench_xrlinear_settings.py --run RUN
+    python -m experiments.xrlinear_settings.bench_xrlinear_settings --run RUN
 
 XR-Linear (``XRLinear.fit`` on the run's TF-IDF rows, from ``RUN/model/xrlinear``'s vectoriser;
 the run's tree and solver otherwise) is trained on all but ``--holdout`` random training documents
@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the studies' shared helpers
-from common import (
+from ..common import (
     RunFolder,
     fit_rows,
     held_out_total,
@@ -48,8 +45,7 @@ WEIGHTS = (1.0, 0.75, 0.5, 0.2)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from xtransformer.metrics import evaluate
-    from xtransformer.ranker import LinearForest
+    from xtransformer.api import LinearForest, evaluate
 
     ap = selection_parser(__doc__)
     run_option(ap, "experiment=eurlex57k_xr")

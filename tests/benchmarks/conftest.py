@@ -1,14 +1,11 @@
-"""The benchmark tests' shared setup: ``benchmarks`` importable (it lives beside ``src``, not in
-the package) and every test offline, with its TF-IDF cache out of the repository."""
+"""The benchmark tests' shared setup: every test offline, with its TF-IDF cache out of the
+repository (``benchmarks`` imports from the repository root: pyproject.toml's ``pythonpath``)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -123,23 +124,26 @@ def test_head_words_keeps_the_first_words_of_each_text() -> None:
         head_words(texts, 0)
 
 
-def test_failing_system_is_recorded_and_others_still_run(tmp_path: Path) -> None:
-    script = tmp_path / "broken.py"
-    script.write_text("import sys\nprint('boom: bad model')\nsys.exit(3)\n")
-    broken = SystemSpec("broken", "always fails", script)
-    missing = SystemSpec("missing", "needs a module", script, requires=("xtransformer.nonesuch:thing",))
+def test_failing_system_is_recorded_and_others_still_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "broken.py").write_text("import sys\nprint('boom: bad model')\nsys.exit(3)\n")
+    broken = SystemSpec("broken", "always fails", "broken")
+    missing = SystemSpec("missing", "needs a module", "broken", requires=("xtransformer.nonesuch:thing",))
+    lazy = SystemSpec("lazy", "needs a name", "broken", requires=("xtransformer.api:nonesuch",))
     (tmp_path / "killed.py").write_text(
         "import os, signal\nprint('level 1 of 3', flush=True)\nprint('FutureWarning: x', flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    killed = SystemSpec("killed", "killed as by the out-of-memory killer", tmp_path / "killed.py")
+    killed = SystemSpec("killed", "killed as by the out-of-memory killer", "killed")
+    # the systems' modules (`python -m broken`, run from the repository root) found through PYTHONPATH
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     problem = prepare_synthetic(TINY, tmp_path / "work")
-    systems = [broken, missing, killed, REGISTRY["popular"]]
+    systems = [broken, missing, lazy, killed, REGISTRY["popular"]]
     result = benchmark(problem, systems, 1, RunSettings(), tmp_path / "work", reference="popular")
     runs = {r["system"]: r for r in result["runs"]}
     assert not runs["broken"]["ok"] and "boom: bad model" in runs["broken"]["error"]
     assert "exit code 3" in runs["broken"]["error"]
     assert "missing" in result["skipped"] and "not importable" in result["skipped"]["missing"]
+    assert result["skipped"]["lazy"] == "xtransformer.api has no nonesuch yet"
     assert "popular" in result["summary"] and "broken" not in result["summary"]
     assert "- broken: failed (exit code 3: boom: bad model;" in result["markdown"]
     assert "- missing: skipped" in result["markdown"]

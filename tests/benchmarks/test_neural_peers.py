@@ -200,7 +200,7 @@ def test_later_seeds_of_a_system_merge_into_its_row(tmp_path: Path) -> None:
         main([*argv, "--first-repeat", "-1"])
 
 
-def test_ours_xrtransformer_gives_every_linear_stage_the_harness_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ours_xrtransformer_gives_every_linear_stage_the_harness_threads() -> None:
     """--threads reaches ours' linear stages (trees, final model, XR-Linear), as it reaches the peers'
     C++ threads: on a many-core GPU host they would otherwise run with the configs' own count."""
     import argparse
@@ -208,8 +208,7 @@ def test_ours_xrtransformer_gives_every_linear_stage_the_harness_threads(monkeyp
 
     import torch
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))  # ours.py imports phases
-    import ours
+    from benchmarks import ours
 
     def threads_of(node: object, path: str = "") -> list[tuple[str, int]]:
         if not is_dataclass(node):

@@ -112,12 +112,10 @@ def test_n_trees_settings_fail_naming_the_key():
     assert XRLinearConfig(n_trees=3).training_settings()["n_trees"] == 3
 
 
-def test_forest_trains_one_vs_all_added_labels_once_for_every_tree(forest, reuters, monkeypatch):
+def test_forest_trains_one_vs_all_added_labels_once_for_every_tree(forest, reuters):
     import scipy.sparse as sp
 
-    import xtransformer.ranker.extend as extend
-    import xtransformer.ranker.forest as forest_module
-    import xtransformer.ranker.hierarchical as hierarchical
+    from xtransformer.ranker.extend import added_labels_solver, train_one_vs_all
 
     _, three, _ = forest
     X, ds = reuters
@@ -127,11 +125,10 @@ def test_forest_trains_one_vs_all_added_labels_once_for_every_tree(forest, reute
 
     def counted(*args):
         calls.append(1)
-        return extend.train_one_vs_all(*args)
+        return train_one_vs_all(*args)
 
-    monkeypatch.setattr(forest_module, "train_one_vs_all", counted)
-    monkeypatch.setattr(hierarchical, "train_one_vs_all", counted)
-    grown, _ = three.add_labels(X["train"], Y_all)
+    with added_labels_solver(counted):
+        grown, _ = three.add_labels(X["train"], Y_all)
     assert len(calls) == 1  # one solve, whatever the number of trees
     new = [t.levels[-1].W.tocsc()[:, t.added_from :] for t in grown.trees]  # two leaves a label by default
     assert new[0].nnz > 0 and all((w[:, [j]] != new[0][:, [0]]).nnz == 0 for w in new for j in range(w.shape[1]))

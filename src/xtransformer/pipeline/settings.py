@@ -176,15 +176,22 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
     )
 
 
+def compose_config(*overrides: str) -> DictConfig:
+    """The Hydra config ``python train.py OVERRIDES`` composes from the package's configs, unresolved:
+    what ``xtransformer.pipeline.run.run`` takes. Outside a Hydra run ``paths.output_dir`` (Hydra's run
+    folder by default) must be among the overrides before anything reads it."""
+    from xtransformer.configuration import compose
+
+    return compose(overrides)
+
+
 def compose_settings(*overrides: str) -> RunSettings:
     """The settings ``python train.py OVERRIDES`` would run with, for the Python API::
 
     s = compose_settings("method=xrtransformer", "data=eurlex57k")
     XRTransformer.fit(texts, labels, s.main, context=TrainContext(trainer=s.trainer, lightning=s.lightning))
     """
-    from xtransformer.configuration import compose
-
-    return run_settings(compose(["paths.output_dir=.", *overrides]))
+    return run_settings(compose_config("paths.output_dir=.", *overrides))
 
 
 def method_settings(name: str, plain: Mapping[str, Any]) -> Settings:

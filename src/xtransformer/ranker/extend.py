@@ -11,6 +11,8 @@ bit as before.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +80,30 @@ def train_one_vs_all(X: sp.csr_matrix, Y: sp.csr_matrix, cfg: RankerConfig) -> t
     every = sp.csr_matrix(np.ones((X.shape[0], 1), np.float32))
     spec = LevelSpec(Y, one, every)
     return train_level(X, spec, added_params(cfg), cfg.bias, cfg.threshold, cfg.batch_nnz, cfg.n_threads)
+
+
+AddedSolver = Callable[[sp.csr_matrix, sp.csr_matrix, RankerConfig], tuple[LinearLevel, dict]]
+_ADDED_SOLVERS: list[AddedSolver] = []  # put in place by added_labels_solver, the innermost last
+
+
+@contextlib.contextmanager
+def added_labels_solver(solve: AddedSolver) -> Iterator[None]:
+    """Within the block, the labels a tree model adds against every document are trained by
+    ``solve(X, Y, config)`` (their level of weights and a report, as :func:`train_one_vs_all`
+    returns them) instead of :func:`train_one_vs_all`: a study of other solvers, everything else of
+    adding unchanged."""
+    _ADDED_SOLVERS.append(solve)
+    try:
+        yield
+    finally:
+        _ADDED_SOLVERS.pop()
+
+
+def train_added(X: sp.csr_matrix, Y: sp.csr_matrix, cfg: RankerConfig) -> tuple[LinearLevel, dict]:
+    """The one-vs-all weights of labels added to a tree model: :func:`train_one_vs_all`, or the
+    solver of an enclosing :func:`added_labels_solver`."""
+    solve = _ADDED_SOLVERS[-1] if _ADDED_SOLVERS else train_one_vs_all
+    return solve(X, Y, cfg)
 
 
 def added_params(cfg: RankerConfig) -> SolverParams:

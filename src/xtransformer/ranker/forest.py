@@ -22,7 +22,7 @@ import scipy.sparse as sp
 
 from xtransformer.ranker.config import HierarchicalLinearConfig
 from xtransformer.ranker.errors import RankerError
-from xtransformer.ranker.extend import train_one_vs_all
+from xtransformer.ranker.extend import train_added
 from xtransformer.ranker.features import as_features
 from xtransformer.ranker.hierarchical import HierarchicalLinear
 from xtransformer.ranker.linear import load_model_meta
@@ -111,7 +111,7 @@ class LinearForest:
         first, placing = self.trees[0], placing or Placing()
         once = None
         if first.trains_added_on_every_document(placing):
-            once = train_one_vs_all(as_features(X), sp.csr_matrix(Y[:, first.n_labels :]), first.config)
+            once = train_added(as_features(X), sp.csr_matrix(Y[:, first.n_labels :]), first.config)
         grown = [t.add_labels(X, Y, X_index, placing, once) for t in self.trees]
         report = dict(grown[0][1])
         report["trees"] = [r["placement"] for _, r in grown]

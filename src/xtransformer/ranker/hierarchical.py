@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from xtransformer.ranker.config import HierarchicalLinearConfig
 from xtransformer.ranker.copies import COPIES_DIR, LabelCopies
 from xtransformer.ranker.errors import RankerError
-from xtransformer.ranker.extend import extend_level, train_one_vs_all
+from xtransformer.ranker.extend import extend_level, train_added
 from xtransformer.ranker.features import as_features
 from xtransformer.ranker.fit import LevelSpec, solver_params, train_levels
 from xtransformer.ranker.level import LinearLevel, best_labels, load_level, save_level
@@ -272,7 +272,7 @@ class HierarchicalLinear:
         X_index = X if X_index is None else X_index
         placed = place_labels(Y, X_index, C, placing.n_leaves(C), routes, by=placing.by, threads=self.config.n_threads)
         if one_vs_all is None and every:
-            one_vs_all = train_one_vs_all(X, Y_new, self.config)
+            one_vs_all = train_added(X, Y_new, self.config)
         ext = extend_level(self.levels[-1], self.copies, self.config, X, Y, placed.leaves, routes, one_vs_all)
         first = self.added_from if self.added_from is not None else self.levels[-1].n_labels
         model = HierarchicalLinear([*self.levels[:-1], ext.level], self.config, self.train_stats, ext.copies, first)

@@ -15,6 +15,7 @@ from xtransformer.indexing import IndexingConfig, build_index, check_copies_fit,
 from xtransformer.methods.abilities import AddsLabels, ReadsFeatureRows, ScoresZeroShot
 from xtransformer.methods.base import ModelRecords, XMCModel, with_settings
 from xtransformer.methods.xrlinear.config import XRLinearSettings
+from xtransformer.model.folder import ModelError
 from xtransformer.ranker import HierarchicalLinear, HierarchicalLinearConfig, LinearForest, load_tree_model
 from xtransformer.utils.io import save_json, settings_key
 
@@ -76,6 +77,22 @@ class XRLinear(AddsLabels, ScoresZeroShot, ReadsFeatureRows, XMCModel):
         out = cls(ModelRecords.of(data, ranker_predict_settings(x.model), settings.training_settings()), tfidf, model)
         out.training_run.report = {"stage_keys": keys, "index": index_section(x.indexing.n_copies, model.chain[-1])}
         return out
+
+    @classmethod
+    def from_tree_model(
+        cls,
+        model: HierarchicalLinear | LinearForest,
+        tfidf: TfidfFeatures,
+        label_ids: list[str],
+        label_names: list[str] | None = None,
+    ) -> XRLinear:
+        """An XR-Linear around a tree model trained elsewhere (e.g. an XR-Transformer's final model,
+        over its own feature rows), reading documents through ``tfidf``; it predicts with the tree
+        model's own settings. ``label_ids`` / ``label_names`` (default the ids) name its columns."""
+        if len(label_ids) != model.n_labels:
+            raise ModelError(f"{len(label_ids)} label ids for a tree model of {model.n_labels} labels")
+        names = list(label_names) if label_names is not None else list(label_ids)
+        return cls(ModelRecords(list(label_ids), names, ranker_predict_settings(model.config)), tfidf, model)
 
     # ------------------------------------------------------------------ prediction
     def _predict_texts(

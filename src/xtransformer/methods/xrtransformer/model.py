@@ -33,6 +33,7 @@ from xtransformer.methods.xrtransformer.config import (
 )
 from xtransformer.methods.xrtransformer.features import combine_with_head, final_features
 from xtransformer.methods.xrtransformer.levels import EMBED_STAGE, LEVEL_STAGE, n_matched
+from xtransformer.model.folder import ModelError
 from xtransformer.ranker import HierarchicalLinear, LinearForest, load_tree_model
 from xtransformer.utils.io import save_json, settings_key
 from xtransformer.utils.rows import unit_rows
@@ -135,6 +136,23 @@ class XRTransformer(NeuralModel):
             "index": index_section(s.indexing.n_copies, chain.leaf_assignment),
         }
         return model
+
+    def with_final_model(
+        self, final: HierarchicalLinear | LinearForest, label_ids: list[str], label_names: list[str]
+    ) -> XRTransformer:
+        """This model's TF-IDF, encoder and settings around another final model over the labels
+        ``label_ids`` / ``label_names`` (e.g. one refitted on this model's rows without some labels),
+        encoding where this one does. It keeps no fine-tuning tree: this one's holds its own labels."""
+        if len(label_ids) != final.n_labels or len(label_names) != len(label_ids):
+            raise ModelError(
+                f"{len(label_ids)} label ids and {len(label_names)} names for a final model of {final.n_labels} labels"
+            )
+        records = ModelRecords(
+            list(label_ids), list(label_names), dict(self.predict_settings), dict(self.train_settings)
+        )
+        out = XRTransformer(records, self.tfidf, self.matcher, self.features, final)
+        out.device = self.device
+        return out
 
     # ------------------------------------------------------------------ prediction
     def _predict_texts(

@@ -1,0 +1,1 @@
+"""The calibration study (README.md beside this file)."""

@@ -1,0 +1,1 @@
+"""The cnn_baselines study (README.md beside this file)."""

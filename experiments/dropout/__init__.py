@@ -1,0 +1,1 @@
+"""The dropout study (README.md beside this file)."""

@@ -1,0 +1,1 @@
+"""The gpu_peers study (README.md beside this file)."""

@@ -1,0 +1,1 @@
+"""The label_disentanglement study (README.md beside this file)."""

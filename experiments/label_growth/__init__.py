@@ -1,0 +1,1 @@
+"""The label_growth study (README.md beside this file)."""

@@ -1,0 +1,1 @@
+"""The lead_tfidf study (README.md beside this file)."""

@@ -1,0 +1,1 @@
+"""The matcher_overheads study (README.md beside this file)."""

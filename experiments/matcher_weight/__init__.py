@@ -1,0 +1,1 @@
+"""The matcher_weight study (README.md beside this file)."""

@@ -1,0 +1,1 @@
+"""The precision study (README.md beside this file)."""

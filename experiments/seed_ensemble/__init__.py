@@ -1,0 +1,1 @@
+"""The seed_ensemble study (README.md beside this file)."""

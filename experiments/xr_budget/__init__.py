@@ -1,0 +1,1 @@
+"""The xr_budget study (README.md beside this file)."""

@@ -1,0 +1,1 @@
+"""The xr_combination study (README.md beside this file)."""

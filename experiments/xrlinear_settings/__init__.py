@@ -1,0 +1,1 @@
+"""The xrlinear_settings study (README.md beside this file)."""

@@ -1,0 +1,126 @@
+"""``xtransformer.api``, the surface scripts and studies import: every name it lists resolves, the
+module itself stays light, and the functions made public for the scripts do what they say."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from tiny_models import toy_xmc
+
+import xtransformer
+from xtransformer import api
+from xtransformer.model.folder import ModelError
+
+IDS = [f"L{i}" for i in range(12)]
+
+
+def test_every_name_resolves_and_the_package_names_are_among_them() -> None:
+    assert api.__all__ == sorted(set(api.__all__)) and len(api.__all__) > 50
+    missing = [name for name in api.__all__ if getattr(api, name, None) is None]
+    assert not missing, missing
+    assert set(xtransformer.__all__) <= set(api.__all__)  # one place for scripts: the top-level names too
+    from xtransformer.pipeline.run import run
+
+    assert api.run_pipeline is run  # the one name that differs from its home's
+    with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
+        api.nonesuch  # noqa: B018
+
+
+def test_importing_the_api_imports_neither_torch_nor_lightning() -> None:
+    code = (
+        "import json, sys; import xtransformer.api as api; api.__all__; "
+        "print(json.dumps(sorted(m for m in ('torch', 'lightning', 'lightning.pytorch') if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_compose_config_is_what_compose_settings_reads() -> None:
+    from xtransformer.api import compose_config, compose_settings, run_settings
+
+    cfg = compose_config("method=xrlinear", "seed=3", "paths.output_dir=.")
+    assert cfg.method == "xrlinear" and cfg.xrlinear.nr_splits == 16 and cfg.seed == 3
+    assert run_settings(cfg).main == compose_settings("method=xrlinear", "seed=3").main
+
+
+def test_build_index_without_quality_builds_the_same_tree() -> None:
+    from xtransformer.api import IndexingConfig, build_index
+
+    rng = np.random.default_rng(0)
+    X = sp.random(120, 60, density=0.1, format="csr", dtype=np.float32, random_state=1)
+    Y = sp.csr_matrix((np.ones(120, np.float32), (np.arange(120), rng.integers(0, 24, 120))), shape=(120, 24))
+    cfg = IndexingConfig(max_leaf_size=4, orphan_fallback="none")
+    full, report = build_index(cfg, Y, X_train_tfidf=X)
+    tree, bare = build_index(cfg, Y, X_train_tfidf=X, quality=False)
+    assert "quality" in report and "quality" not in bare and bare["level_sizes"] == report["level_sizes"]
+    assert all((a != b).nnz == 0 for a, b in zip(full, tree))
+
+
+@pytest.fixture(scope="module")
+def xrlinear():
+    from xtransformer.api import XRLinear
+
+    texts, Y, _ = toy_xmc()
+    return XRLinear.fit(texts["train"], Y["train"], label_ids=IDS), texts, Y
+
+
+def test_xrlinear_from_tree_model_predicts_as_the_model_it_came_from(xrlinear) -> None:
+    from xtransformer.api import XRLinear
+
+    model, texts, _ = xrlinear
+    names = [f"label {i}" for i in range(12)]
+    again = XRLinear.from_tree_model(model.model, model.tfidf, IDS, names)
+    assert again.label_ids == IDS and again.label_names == names
+    assert again.predict_settings == model.predict_settings
+    a, b = model.predict_csr(texts["dev"]), again.predict_csr(texts["dev"])
+    assert a.nnz > 0 and (a != b).nnz == 0
+    assert XRLinear.from_tree_model(model.model, model.tfidf, IDS).label_names == IDS
+    with pytest.raises(ModelError, match="11 label ids for a tree model of 12 labels"):
+        XRLinear.from_tree_model(model.model, model.tfidf, IDS[:11])
+
+
+def test_added_labels_solver_trains_the_added_labels_inside_its_block(xrlinear) -> None:
+    from xtransformer.api import XRLinear, added_labels_solver, train_one_vs_all
+
+    model, texts, Y = xrlinear
+    reduced = XRLinear.fit(texts["train"], Y["train"][:, :11], label_ids=IDS[:11])
+    calls = []
+
+    def solve(X, Y_new, cfg):
+        calls.append(Y_new.shape[1])
+        level, info = train_one_vs_all(X, Y_new, cfg)
+        return level, info | {"by": "the study's solver"}
+
+    with added_labels_solver(solve):
+        grown = reduced.add_labels(texts["train"], Y["train"], label_ids=IDS)
+    assert calls == [1] and grown.report["added_labels"]["training"]["by"] == "the study's solver"
+    plain = reduced.add_labels(texts["train"], Y["train"], label_ids=IDS)  # outside the block: the default
+    assert calls == [1] and "by" not in plain.report["added_labels"]["training"]
+    a, b = grown.predict_csr(texts["dev"]), plain.predict_csr(texts["dev"])
+    assert (a != b).nnz == 0  # the same weights: the study's solver was the default one
+
+
+@pytest.mark.slow
+def test_xrtransformer_with_final_model_keeps_its_encoder_and_takes_the_labels(tmp_path) -> None:
+    from run_helpers import TINY
+
+    from xtransformer.api import StageCache, TrainContext, XRTransformer, compose_settings
+
+    texts, Y, _ = toy_xmc()
+    over = [o for o in TINY if not o.startswith("data.")] + ["indexing.n_clusters=4", "logger=none"]
+    s = compose_settings("method=xrtransformer", *over, "matcher.level_steps=[4,4]").methods["xrtransformer"]
+    with TrainContext(cache=StageCache(tmp_path / "cache")) as ctx:
+        model = XRTransformer.fit(texts["train"], Y["train"], s, label_ids=IDS, context=ctx)
+    names = [f"label {i}" for i in range(12)]
+    again = model.with_final_model(model.final, IDS, names)
+    assert again.label_names == names and again.chain is None and again.device == model.device
+    assert again.matcher is model.matcher and again.predict_settings == model.predict_settings
+    a, b = model.predict_csr(texts["dev"]), again.predict_csr(texts["dev"])
+    assert a.nnz > 0 and np.allclose(a.toarray(), b.toarray())
+    with pytest.raises(ModelError, match="11 label ids and 11 names for a final model of 12 labels"):
+        model.with_final_model(model.final, IDS[:11], names[:11])
