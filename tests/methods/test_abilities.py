@@ -75,8 +75,8 @@ def test_the_command_line_checks_an_ability_before_reading_any_data(toy, tmp_pat
     from xtransformer import methods
     from xtransformer.cli import add_labels_main
 
-    monkeypatch.setitem(methods.METHODS, "popularity", "toy_method:Popularity")
-    from toy_method import Popularity
+    monkeypatch.setitem(methods.METHODS, "popularity", "xtransformer_popularity:Popularity")
+    from xtransformer_popularity import Popularity
 
     folder = Popularity.fit(toy["texts"]["train"], toy["Y"]["train"], label_ids=toy["xrlinear"].label_ids)
     folder = folder.save(tmp_path / "pop")
