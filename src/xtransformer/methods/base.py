@@ -478,15 +478,18 @@ def empty_rows_csr(pred: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
 
 def with_settings(model: Any, settings: Mapping[str, Any]) -> Any:
     """A shallow copy of a linear model (weights shared) whose config carries this call's prediction
-    settings: concurrent calls with different overrides never see each other's."""
+    settings: concurrent calls with different overrides never see each other's. The model itself
+    when the call asks for what its config holds (no copy, no second check of the record)."""
     import copy
     import dataclasses
 
     base = model.config
     names = {f.name for f in dataclasses.fields(base)}
-    out = copy.copy(model)
     # a decision's `threshold` is a probability, not the ranker's weight-pruning `threshold`
     chosen = {k: v for k, v in settings.items() if k in names and k not in DECISION_KEYS}
+    if all(getattr(base, k) == v for k, v in chosen.items()):
+        return model
+    out = copy.copy(model)
     out.config = dataclasses.replace(base, **chosen)
     return out
 
