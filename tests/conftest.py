@@ -1,6 +1,6 @@
 """What the tests share: an offline environment, and fixtures for tiny data, tiny models and
 composed configs. Helper modules beside this file (``tiny_models``, ``run_helpers``,
-``matcher_helpers``, ``model_helpers``, ``toy_method``) are importable from every test folder."""
+``matcher_helpers``, ``model_helpers``) are importable from every test folder."""
 
 from __future__ import annotations
 

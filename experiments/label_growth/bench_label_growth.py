@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         "n_dropped": len(dropped),
         "rows": rows,
         "old_labels": checks,
-        "add_reports": {name: m.report["added_labels"] for name, (m, _) in models.items() if "grown" in name},
+        "add_reports": {n: m.training_run.report["added_labels"] for n, (m, _) in models.items() if "grown" in n},
         "dropped": [ids[j] for j in dropped],
     }
     save_table(args.results, f"label-growth-{args.tag}", record, table(record))
@@ -181,11 +181,12 @@ def grown_from_texts(setup: dict, reduced, cache: Path, placing: dict) -> tuple:
     from xtransformer.api import XRLinear
 
     model = setup["xrt"].with_final_model(reduced.model, reduced.label_ids, reduced.label_names)
-    grown, seconds = timed(lambda: model.use_cache(cache).add_labels(setup["texts"], setup["train_Y"], **placing))
-    print(f"grown from texts: {grown.report['added_labels']['n_added']} labels in {seconds:.1f} s", flush=True)
+    grown, seconds = timed(lambda: model.add_labels(setup["texts"], setup["train_Y"], cache=cache, **placing))
+    added = grown.training_run.report["added_labels"]["n_added"]
+    print(f"grown from texts: {added} labels in {seconds:.1f} s", flush=True)
     rows_model = XRLinear.from_tree_model(grown.final, reduced.tfidf, grown.label_ids, grown.label_names)
     rows_model.predict_settings["added_reach"] = grown.predict_settings["added_reach"]
-    rows_model.report = grown.report
+    rows_model.training_run = grown.training_run
     return rows_model, seconds
 
 

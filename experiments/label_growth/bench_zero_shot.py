@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     ds = load_dataset(main_model.train_settings["dataset"])
     train, dev = LabeledData.from_split(ds, "train"), ds.splits[ds.eval_split]
     t0 = time.perf_counter()
-    combo.fit_zero_shot(train, sample=args.sample, seed=args.seed)
+    combo = combo.fit_zero_shot(train, sample=args.sample, seed=args.seed)
     fit_s = time.perf_counter() - t0
     print(f"zero-shot parts fitted in {fit_s:.0f} s", flush=True)
     preds = member_predictions(combo, dev.texts, bounds_of(args.bounds))

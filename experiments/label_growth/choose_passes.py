@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     def grow(name: str, **row) -> None:
         t0 = time.perf_counter()
         grown = reduced.add_labels(X_fit, Y_fit, label_ids=ids, label_names=names)
-        training = grown.report["added_labels"]["training"]
+        training = grown.training_run.report["added_labels"]["training"]
         row |= {"name": name, "seconds": round(time.perf_counter() - t0, 1), "solver_s": training["total_s"]}
         rows.append(scored(row | {"cd_passes": training["cd_passes"]}, grown, setup["splits"], ids))
 

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     ids, names = list(ds.vocab.ids), list(ds.label_text)
     model = XRLinear.fit(texts, Y_fit, settings.methods["xrlinear"], label_ids=ids, label_names=names)
     fit_s = time.perf_counter() - t0
-    model.fit_zero_shot(texts, Y_fit, sample=args.sample, seed=args.seed)
+    model = model.fit_zero_shot(texts, Y_fit, sample=args.sample, seed=args.seed)
     X = model.tfidf.from_texts([train.texts[i] for i in held])
     base = model.predict_features_csr(X)
     rows = [scored({"per_doc": 0, "floor": None}, base, Y_held, counts)]

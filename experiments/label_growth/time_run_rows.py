@@ -5,7 +5,7 @@
 On the training texts of an XR-Transformer run (its calibration hold-out left out, as the run
 trained), times finding the texts among the run's documents (digests, the stages' checksums),
 taking its embeddings and TF-IDF rows, and joining them into the final model's rows: what
-``use_cache(CACHE).add_labels`` does before the rows path begins.
+``add_labels(..., cache=CACHE)`` does before the rows path begins.
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def finetune(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     # the training split was embedded by fit for its own final model: read it back, not a second pass
-    fitted = cache.path(EMBED_STAGE, model.report["stage_keys"][EMBED_STAGE]) / "embeddings.npy"
+    fitted = cache.path(EMBED_STAGE, model.training_run.report["stage_keys"][EMBED_STAGE]) / "embeddings.npy"
     for n in SPLITS:
         if n == "train" and fitted.is_file():
             e = np.load(fitted)
@@ -143,7 +143,7 @@ def finetune(args: argparse.Namespace) -> None:
     embed_seconds = time.perf_counter() - t0
     if fitted.is_file():  # fit's pass over the training split, as its stage recorded it
         embed_seconds += len(texts["train"]) / json.loads((fitted.parent / "facts.json").read_text())["docs_per_s"]
-    levels = model.report["levels"]
+    levels = model.training_run.report["levels"]
     facts = {
         "name": args.name,
         "experiment": args.experiment,

@@ -10,10 +10,6 @@ Names load on first use: predicting with a linear model imports neither torch no
 
 __version__ = "0.1.0"
 
-from xtransformer import resolvers as _resolvers
-
-_resolvers.register()
-
 _EXPORTS = {
     "XMCModel": "xtransformer.methods.base",
     "XRLinear": "xtransformer.methods.xrlinear",

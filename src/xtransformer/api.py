@@ -16,6 +16,8 @@ The groups:
 - **rankers**: the hierarchical linear model (one tree, or a forest) and the solver beneath it;
 - **methods and model folders**: the method classes (``fit`` / ``predict`` / ``save`` /
   ``XMCModel.load``), the training context, the final model's feature rows, a run's rows;
+- **writing a method**: what a method of another package builds on (``examples/plugin_method``):
+  the records, the settings fields, the abilities a method declares by its bases;
 - **metrics, calibration and ensembles**: P@k and its kin, per-document hits, label groups,
   calibrators, combined predictions;
 - **stage cache and I/O helpers**: the content-keyed stage cache and its stage names, atomic
@@ -107,6 +109,20 @@ _GROUPS: dict[str, dict[str, str]] = {  # group -> {name: module, or "module:att
         "final_features": "xtransformer.methods.xrtransformer.features",
         "method_class": "xtransformer.methods",
         "tfidf_rows": "xtransformer.methods.reuse",
+    },
+    "writing a method": {
+        "Ability": "xtransformer.methods.abilities",
+        "AddsLabels": "xtransformer.methods.abilities",
+        "MissingAbility": "xtransformer.methods.abilities",
+        "ModelRecords": "xtransformer.methods.records",
+        "ReadsFeatureRows": "xtransformer.methods.abilities",
+        "ScoresZeroShot": "xtransformer.methods.abilities",
+        "Settings": "xtransformer.settings",
+        "TrainingRun": "xtransformer.methods.records",
+        "predict_field": "xtransformer.settings",
+        "require": "xtransformer.methods.abilities",
+        "run_field": "xtransformer.settings",
+        "train_field": "xtransformer.settings",
     },
     "metrics, calibration and ensembles": {
         "Calibration": "xtransformer.calibration.component",

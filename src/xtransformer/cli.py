@@ -19,12 +19,6 @@ from typing import Any
 from xtransformer.configuration import config_dir
 from xtransformer.errors import UserError
 
-# Offline-safe defaults for this workplace; users override them in their environment.
-os.environ.setdefault("WANDB_MODE", "offline")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 
 class CLIError(ValueError):
     """Bad command-line input; printed as one line."""
@@ -356,6 +350,7 @@ def add_labels_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _add_labels(args: argparse.Namespace) -> int:
+    from xtransformer.methods.abilities import Ability, require
     from xtransformer.methods.adding import read_folder, read_new_labels
     from xtransformer.model import XMCModel
 
@@ -365,15 +360,14 @@ def _add_labels(args: argparse.Namespace) -> int:
     model = XMCModel.load(args.model, method=args.method, verify=not args.no_verify)
     if model.folder is not None and output.is_relative_to(model.folder.resolve()):
         raise CLIError(f"--output {args.output}: inside the model folder, which stays untouched")
+    require(model, Ability.ZERO_SHOT if args.zero_shot else Ability.ADD_LABELS, str(model.folder))  # before any data
     if args.zero_shot:
         return _zero_shot(model, args, output)
     new = read_new_labels(args.new_labels) if args.new_labels else None
     how = {"new_labels": new, "placement": args.placement, "leaves": args.leaves, "negatives": args.negatives}
-    if args.cache is not None:
-        model.use_cache(args.cache)
-    grown = model.add_labels(read_folder(args.data, args.split), **how)
+    grown = model.add_labels(read_folder(args.data, args.split), cache=args.cache, **how)
     grown.save(output)
-    facts = grown.report["added_labels"]
+    facts = grown.training_run.report["added_labels"]
     print(
         f"xmc-add-labels: {facts['n_added']} labels added from {facts['n_docs']} documents in "
         f"{facts['seconds']:.1f} s: {model.n_labels} -> {grown.n_labels} labels, saved to {output}",
@@ -388,7 +382,7 @@ def _zero_shot(model: Any, args: argparse.Namespace, output: Path) -> int:
     data = zero_shot_data(args.data, args.split, model.label_ids, model.label_names)
     for part in [model, *getattr(model, "members", [])]:  # a combination's members read the names too
         part.label_names = data.label_names
-    model.fit_zero_shot(data)
+    model = model.fit_zero_shot(data)
     model.save(output)
     n = len(model.zero_shot.labels) if model.zero_shot is not None else "their"
     print(f"xmc-add-labels: {n} labels without documents scored from their text, saved to {output}", file=sys.stderr)

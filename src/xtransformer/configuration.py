@@ -75,13 +75,40 @@ def defaults_node(record: Settings) -> dict[str, Any]:
 def register() -> None:
     """Store every record group's base node, ``<group>/_defaults``, in Hydra's ConfigStore: the
     record's defaults, with ``_target_`` naming the record (a plain node, not the dataclass: the
-    records' own checks give the one-line errors, not OmegaConf's type checks)."""
+    records' own checks give the one-line errors, not OmegaConf's type checks); an option
+    ``method=<name>`` for every method of another package; the configs' OmegaConf resolvers."""
     from hydra.core.config_store import ConfigStore
 
+    from xtransformer import resolvers
+
+    resolvers.register()
     store = ConfigStore.instance()
     for group, target in RECORD_GROUPS.items():
         node = {"_target_": target, **defaults_node(record_class(group)())}
         store.store(name=BASE, node=node, group=group, provider="xtransformer")
+    for name, node in plugin_method_nodes().items():
+        store.store(name=name, node=node, group="method", package="_global_", provider="xtransformer")
+
+
+def plugin_method_nodes() -> dict[str, dict[str, Any]]:
+    """``method=<name>`` of each method another package registers (``methods.plugin_methods``): the
+    method's name, and the defaults of every settings group of its own (the suite's groups come
+    from ``train.yaml``), so its settings record is its whole config."""
+    from xtransformer.methods import method_class, plugin_methods
+
+    nodes = {}
+    for name in plugin_methods():
+        record = method_class(name).settings_class()
+        own = {}
+        for f in dataclasses.fields(record):
+            value = getattr(record, f.name)
+            if f.name not in GROUPS and isinstance(value, Settings):
+                own[f.name] = {
+                    "_target_": f"{type(value).__module__}.{type(value).__qualname__}",
+                    **defaults_node(value),
+                }
+        nodes[name] = {"method": name, **own}
+    return nodes
 
 
 def compose(

@@ -1,4 +1,4 @@
-"""OmegaConf resolvers used by the configs (registered when the package is imported)."""
+"""OmegaConf resolvers used by the configs (registered by ``configuration.register`` before composing)."""
 
 from __future__ import annotations
 

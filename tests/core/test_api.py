@@ -98,9 +98,9 @@ def test_added_labels_solver_trains_the_added_labels_inside_its_block(xrlinear) 
 
     with added_labels_solver(solve):
         grown = reduced.add_labels(texts["train"], Y["train"], label_ids=IDS)
-    assert calls == [1] and grown.report["added_labels"]["training"]["by"] == "the study's solver"
+    assert calls == [1] and grown.training_run.report["added_labels"]["training"]["by"] == "the study's solver"
     plain = reduced.add_labels(texts["train"], Y["train"], label_ids=IDS)  # outside the block: the default
-    assert calls == [1] and "by" not in plain.report["added_labels"]["training"]
+    assert calls == [1] and "by" not in plain.training_run.report["added_labels"]["training"]
     a, b = grown.predict_csr(texts["dev"]), plain.predict_csr(texts["dev"])
     assert (a != b).nnz == 0  # the same weights: the study's solver was the default one
 

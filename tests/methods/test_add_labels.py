@@ -202,11 +202,13 @@ def test_added_model_keeps_old_scores_and_records_the_addition(toy_model):
     assert grown.label_ids == IDS and model.label_ids == IDS[:11]  # the old model is untouched
     assert grown.train_settings["added_labels"][-1]["ids"] == ["L11"]
     assert grown.train_settings["added_labels"][-1]["placement"] == "routes"  # XR-Linear's own rule
-    assert grown.report["added_labels"]["n_added"] == 1 and grown.report["added_labels"]["leaves"]["L11"] == [0]
-    assert grown.report["added_labels"]["placement"]["by_routes"] == 1
+    assert grown.training_run.report["added_labels"]["n_added"] == 1 and grown.training_run.report["added_labels"][
+        "leaves"
+    ]["L11"] == [0]
+    assert grown.training_run.report["added_labels"]["placement"]["by_routes"] == 1
     by_centroid = model.add_labels(texts["train"], lists, placement="centroid")
     assert by_centroid.train_settings["added_labels"][-1]["placement"] == "centroid"
-    assert by_centroid.report["added_labels"]["placement"]["by_centroid"] == 1
+    assert by_centroid.training_run.report["added_labels"]["placement"]["by_centroid"] == 1
     by_leaf = model.add_labels(texts["train"], lists, negatives="leaf")
     assert by_leaf.train_settings["added_labels"][-1]["negatives"] == "leaf"
     assert grown.train_settings["added_labels"][-1]["negatives"] == "all"  # the model's added_negatives
@@ -237,13 +239,13 @@ def test_rows_of_documents_the_run_read_come_from_its_cache(tmp_path, monkeypatc
         computed = model.add_labels(docs, labels)  # no cache named: every row computed
         assert vectorised == [len(docs)] and "documents found" not in caplog.text
         vectorised.clear()
-        reused = model.use_cache(tmp_path / "cache").add_labels(docs, labels)
+        reused = model.add_labels(docs, labels, cache=tmp_path / "cache")
     assert vectorised == [1]  # only the new document is vectorised
     assert f"{len(docs) - 1} of {len(docs)} documents found" in caplog.text
     dev_a, dev_b = reused.predict_csr(texts["dev"]), computed.predict_csr(texts["dev"])
     assert np.array_equal(dev_a.toarray(), dev_b.toarray())  # the run's rows are the vectoriser's
     vectorised.clear()
-    model.use_cache(tmp_path / "elsewhere").add_labels(docs, labels)  # a cache without the run: every row computed
+    model.add_labels(docs, labels, cache=tmp_path / "elsewhere")  # a cache without the run: every row computed
     assert vectorised == [len(docs)]
 
 
@@ -320,7 +322,7 @@ def test_neural_combination_adds_labels_to_every_member(tmp_path):
     assert [m.label_ids for m in grown.members] == [IDS, IDS]
     m, m_lin = grown.members
     # each member places the label by its own rule (both: routes, one leaf) and trains it one-vs-all
-    per_member = grown.report["added_labels"]
+    per_member = grown.training_run.report["added_labels"]
     assert per_member["xrtransformer"]["placement"]["by_routes"] == 1
     assert per_member["xrlinear"]["placement"]["by_routes"] == 1
     assert [m.train_settings["added_labels"][-1]["placement"] for m in grown.members] == ["routes", "routes"]
@@ -377,7 +379,7 @@ def test_xrtransformer_takes_the_runs_embeddings_of_documents_it_read(tmp_path, 
     computed = model.add_labels(docs, labels)
     assert encoded == [len(docs)]
     encoded.clear()
-    reused = model.use_cache(tmp_path / "cache").add_labels(docs, labels)
+    reused = model.add_labels(docs, labels, cache=tmp_path / "cache")
     assert encoded == [1]  # only the document the run never read is encoded
     dev_a, dev_b = reused.predict_csr(texts["dev"]), computed.predict_csr(texts["dev"])
     assert np.allclose(dev_a.toarray(), dev_b.toarray(), atol=1e-5)
@@ -406,7 +408,7 @@ def test_xtransformer_ranks_the_new_label_over_its_matchers_clusters(tmp_path):
     assert "negatives 'all' is for the tree models" in one_line(err)
     grown = model.add_labels(texts["train"], lists)
     assert grown.chain.n_labels == 12 and grown.ranker.n_labels == 12
-    assert len(grown.report["added_labels"]["leaves"]["L11"]) == 2  # the default: two leaves
+    assert len(grown.training_run.report["added_labels"]["leaves"]["L11"]) == 2  # the default: two leaves
     a, b = model.predict_csr(texts["dev"]).tocoo(), grown.predict_csr(texts["dev"]).tocsr()
     shared = np.asarray(b[a.row, a.col]).ravel()
     assert (shared != 0).sum() > 0 and np.array_equal(a.data[shared != 0], shared[shared != 0])

@@ -1,6 +1,7 @@
-"""A method is a class, a config file and one line in the registry: the toy method of
-``toy_method.py`` trains through ``python train.py method=popularity``, beside XR-Linear and combined
-with it, and its folder loads back as its class."""
+"""A method is a class, a config file and one line in the registry: the popularity baseline of
+``examples/plugin_method``, registered here by that line instead of its entry point, trains through
+``python train.py method=popularity``, beside XR-Linear and combined with it, and its folder loads
+back as its class."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from xtransformer.model import ModelError
 
 @pytest.fixture
 def registered(monkeypatch, tmp_path):
-    monkeypatch.setitem(methods.METHODS, "popularity", "toy_method:Popularity")  # the one line
+    monkeypatch.setitem(methods.METHODS, "popularity", "xtransformer_popularity:Popularity")  # the one line
     (tmp_path / "configs" / "method").mkdir(parents=True)
     (tmp_path / "configs" / "method" / "popularity.yaml").write_text(  # the one config file
         "# @package _global_\nmethod: popularity\npopularity:\n  smoothing: 1.0\n  topk: 20\n"
@@ -24,7 +25,7 @@ def registered(monkeypatch, tmp_path):
 
 
 def test_a_registered_method_trains_through_the_run_and_loads_as_its_class(registered):
-    from toy_method import Popularity
+    from xtransformer_popularity import Popularity
 
     from xtransformer.pipeline.run import run
 
@@ -57,7 +58,7 @@ def test_a_registered_method_trains_through_the_run_and_loads_as_its_class(regis
 
 
 def test_an_unregistered_kind_fails_in_one_line(registered, tmp_path):
-    from toy_method import Popularity
+    from xtransformer_popularity import Popularity
 
     from xtransformer.data.inputs import LabeledData
 

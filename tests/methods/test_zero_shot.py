@@ -35,7 +35,8 @@ def test_zero_shot_label_is_scored_from_its_text_only_when_asked(zero_shot_model
     model, texts, lists, names = zero_shot_model
     doc = texts["train"][0] + " " + names[11]  # a document built to carry L11 too
     before = model.predict_csr([doc])
-    model.fit_zero_shot(texts["train"], lists)
+    plain, model = model, model.fit_zero_shot(texts["train"], lists)
+    assert plain.zero_shot is None and "zero_shot_labels" not in plain.predict_settings  # a new model; the old stays
     assert model.zero_shot.labels.tolist() == [11] and model.predict_settings["zero_shot_labels"] is False
     off = model.predict_csr([doc])
     assert (off != before).nnz == 0  # the default predicts exactly as before
@@ -54,7 +55,7 @@ def test_zero_shot_label_is_scored_from_its_text_only_when_asked(zero_shot_model
 
 def test_zero_shot_bounds_limit_what_a_document_gains(zero_shot_model, tmp_path):
     model, texts, lists, names = zero_shot_model
-    model.fit_zero_shot(texts["train"], lists)
+    model = model.fit_zero_shot(texts["train"], lists)
     doc = texts["train"][0] + " " + names[11].split()[0]  # one of L11's keywords: a middling match
     off = model.predict_csr([doc])
     on = model.predict_csr([doc], zero_shot_labels=True)
@@ -81,7 +82,7 @@ def test_a_combination_hands_its_zero_shot_settings_to_every_member(zero_shot_mo
 
     model, texts, lists, names = zero_shot_model
     combo = Combination([model, XRLinear.fit(texts["train"], lists, label_ids=IDS, label_names=names)])
-    combo.fit_zero_shot(texts["train"], lists)
+    combo = combo.fit_zero_shot(texts["train"], lists)
     assert {"zero_shot_labels", "zero_shot_per_doc", "zero_shot_floor"} <= set(combo.predict_settings)
     doc = texts["train"][0] + " " + names[11]
     off, on = combo.predict_csr([doc]), combo.predict_csr([doc], zero_shot_labels=True)

@@ -21,8 +21,9 @@ def toy(tmp_path_factory):
     root = tmp_path_factory.mktemp("calibrated")
     plain = XRLinear.fit(texts["train"], Y["train"], tfidf={"min_df": 1})
     plain.save(root / "plain")
-    model = XRLinear.fit(texts["train"], Y["train"], tfidf={"min_df": 1})
-    model.calibrate(texts["dev"], Y["dev"], min_positives=2)
+    fitted = XRLinear.fit(texts["train"], Y["train"], tfidf={"min_df": 1})
+    model = fitted.calibrate(texts["dev"], Y["dev"], min_positives=2)
+    assert fitted.calibration is None and "decision" not in fitted.predict_settings  # a new model; the old stays
     model.save(root / "calibrated")
     return {"root": root, "model": model, "texts": texts, "Y": Y}
 
@@ -85,7 +86,7 @@ def test_a_calibrated_folder_round_trips_and_decides_the_same_sets(toy):
 def test_a_calibrated_combination_round_trips(toy):
     members = [XMCModel.load(toy["root"] / "plain"), XMCModel.load(toy["root"] / "calibrated")]
     both = Combination(members, weights=[0.5, 0.5])
-    both.calibrate(toy["texts"]["dev"], toy["Y"]["dev"], method="isotonic", min_positives=2)
+    both = both.calibrate(toy["texts"]["dev"], toy["Y"]["dev"], method="isotonic", min_positives=2)
     both.save(toy["root"] / "both")  # beside its members
     loaded = XMCModel.load(toy["root"] / "both")
     test = toy["texts"]["test"]

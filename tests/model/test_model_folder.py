@@ -263,8 +263,10 @@ def test_api_predict_names_overrides_and_empty_text(moved_run):
     assert model.predict(texts, k=3, post_processor="noop")[0]["scores"] != out[0]["scores"]
     with pytest.raises(ModelError, match="unknown prediction setting"):
         model.predict(texts, k=3, no_such=1)
-    with pytest.raises(ModelError, match="needs texts"):
-        XMCModel.load(moved_run["model"], method="xtransformer").predict_features(X)
+    neural = XMCModel.load(moved_run["model"], method="xtransformer")
+    assert not hasattr(neural, "predict_features")  # it reads texts: the verb is not there to fail
+    with pytest.raises(ModelError, match=r"^evaluate on feature rows: a xtransformer model cannot predict from"):
+        neural.evaluate(X, sp.csr_matrix((1, neural.n_labels)))
 
 
 @pytest.mark.slow

@@ -57,6 +57,7 @@ def test_predict_health_labels_docs(server):
     health = httpx.get(f"{base}/health", timeout=10).json()
     assert health["status"] == "ok" and health["method"] == "xrlinear" and health["n_labels"] == model.n_labels
     assert health["limits"]["max_k"] == 10 and health["auth"] is False
+    assert health["abilities"] == ["add_labels", "calibration", "feature_rows", "zero_shot"]
     labels = httpx.get(f"{base}/labels", params={"offset": 2, "limit": 3}, timeout=10).json()
     assert labels["ids"] == model.label_ids[2:5] and labels["names"] == model.label_names[2:5]
     assert "/predict" in httpx.get(f"{base}/openapi.json", timeout=10).json()["paths"]

@@ -17,53 +17,36 @@ ranks) and killed runs never see a half-written model folder. One concept a modu
 pooling, batched embedding), ``errors``.
 """
 
-from xtransformer.encoders.embed import (
-    POOLINGS,
-    EmbedOptions,
-    autocast_context,
-    declare_pooling,
-    default_pooling,
-    default_truncate_chars,
-    embed_texts,
-    encode_batches,
-    encoder_forward,
-    l2_normalize,
-    length_sorted_batches,
-    load_encoder,
-    pool_hidden,
-    pretrained_encoder,
-    resolve_pooling,
-    set_dropout,
-)
-from xtransformer.encoders.errors import ModelNotFoundError
-from xtransformer.encoders.lookup import check_model_available, default_cache_dir, resolve_model
-from xtransformer.encoders.tiny import TINY_FAMILIES, TINY_PREFIX, TinySpec, build_tiny_model
-from xtransformer.utils.io import texts_fingerprint  # re-exported: the matcher's caches key on it
+from xtransformer.utils.lazy import lazy_exports
 
-__all__ = [
-    "POOLINGS",
-    "TINY_FAMILIES",
-    "EmbedOptions",
-    "TINY_PREFIX",
-    "ModelNotFoundError",
-    "TinySpec",
-    "autocast_context",
-    "build_tiny_model",
-    "check_model_available",
-    "declare_pooling",
-    "default_cache_dir",
-    "default_pooling",
-    "default_truncate_chars",
-    "embed_texts",
-    "encode_batches",
-    "encoder_forward",
-    "l2_normalize",
-    "length_sorted_batches",
-    "load_encoder",
-    "pool_hidden",
-    "pretrained_encoder",
-    "resolve_model",
-    "resolve_pooling",
-    "set_dropout",
-    "texts_fingerprint",
-]
+# names load on first use: a settings record that reads POOLINGS imports no torch
+_EXPORTS = {
+    "POOLINGS": "names",
+    **dict.fromkeys(
+        (
+            "EmbedOptions",
+            "autocast_context",
+            "declare_pooling",
+            "default_pooling",
+            "default_truncate_chars",
+            "embed_texts",
+            "encode_batches",
+            "encoder_forward",
+            "l2_normalize",
+            "length_sorted_batches",
+            "load_encoder",
+            "pool_hidden",
+            "pretrained_encoder",
+            "resolve_pooling",
+            "set_dropout",
+        ),
+        "embed",
+    ),
+    "ModelNotFoundError": "errors",
+    **dict.fromkeys(("check_model_available", "default_cache_dir", "resolve_model"), "lookup"),
+    **dict.fromkeys(("TINY_FAMILIES", "TINY_PREFIX", "TinySpec", "build_tiny_model"), "tiny"),
+    "texts_fingerprint": "tokens",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -16,10 +16,9 @@ import torch
 from torch import nn
 
 from xtransformer.encoders.lookup import resolve_model
+from xtransformer.encoders.names import POOLINGS
 from xtransformer.encoders.tokens import tokenize_texts
 from xtransformer.utils.hardware import warn_emulated_bf16
-
-POOLINGS = ("cls", "last", "mean")
 
 
 def pretrained_encoder(path: str | os.PathLike) -> nn.Module:

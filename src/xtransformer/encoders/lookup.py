@@ -1,5 +1,6 @@
 """Which local folder a model name means: packaged MiniLM, MPNet from its zip slices, tiny random
-models, local folders, the Hugging Face cache. Nothing here reaches a model hub."""
+models, local folders, the Hugging Face cache. Nothing here reaches a model hub, and nothing here
+changes the process's settings: offline mode is the user's choice (``HF_HUB_OFFLINE=1``)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,6 @@ from xtransformer.encoders import mpnet, tiny
 from xtransformer.encoders.errors import ModelNotFoundError, not_found
 from xtransformer.encoders.tiny import TINY_FAMILIES, TINY_PREFIX
 from xtransformer.utils.io import is_complete
-
-# Offline by construction: no code path of this package may reach a model hub.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 MINILM_ALIASES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
 MPNET_ALIASES = ("mpnet", "all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2")

@@ -5,16 +5,19 @@ Every method is a subclass with the same four verbs, as PECOS's model classes an
 
     model = XRLinear.fit(texts, labels)             # typed settings, a stage cache when given one
     model.predict(["oil prices rose ..."], k=5)     # [{"labels": [...], "names": [...], "scores": [...]}]
-    model.calibrate(held_out_texts, held_out_labels)  # probabilities and label-set decisions
+    model = model.calibrate(held_out_texts, held_out_labels)  # a new model: probabilities, decisions
     model.predict(["oil prices rose ..."], decision="per_label")  # the decided labels, with probabilities
     model.save("models/reuters-xrlinear")           # a portable, checksummed folder, no pickles
     model = XMCModel.load("models/reuters-xrlinear")  # the class the folder's manifest names
 
-A subclass supplies ``_fit`` (settings + data -> a model), ``_predict_texts`` (and, for models
-that read TF-IDF rows only, ``_predict_features``), ``_save_components`` and ``_load``; the rest
-— input checks, per-call prediction settings, blank texts, top-k label lists, evaluation, the
-folder's records and manifest — lives here once. Prediction settings (beam, top-k, ...) are the
-folder's ``predict_settings.json``, overridable per call; the components are not. A calibrated
+A subclass supplies ``_fit`` (settings + data -> a model), ``_predict_texts``, ``_save_components``
+and ``_load``; the rest — input checks, per-call prediction settings, blank texts, top-k label
+lists, evaluation, the folder's records and manifest — lives here once. What a method can do
+beyond that (add labels, zero-shot labels, feature rows, calibration) it declares by its bases
+(``methods/abilities.py``). The model is what its folder holds; what fitting it left beside it
+(stage keys, timings, the training texts' fingerprints) is its ``training_run``, never saved.
+Prediction settings (beam, top-k, ...) are the folder's ``predict_settings.json``, overridable per
+call; the components are not. A calibrated
 model (``calibrate``, or a run with ``calibration=platt``) holds a ``calibration/`` component and
 the decision settings (``decision``, ``threshold``, ``min_labels``, ``max_labels``) among them.
 """
@@ -31,10 +34,12 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-from xtransformer.calibration import DECISION_KEYS, Calibration, CalibrationConfig, DecisionSettings
+from xtransformer.calibration import DECISION_KEYS, Calibration, DecisionSettings
 from xtransformer.calibration.calibrator import row_ranks
 from xtransformer.data.inputs import LabeledData
-from xtransformer.methods.reuse import as_cache, documents_stage, stage_record
+from xtransformer.methods.abilities import Ability, Calibrates, declared_abilities, require
+from xtransformer.methods.records import ModelRecords, TrainingRun
+from xtransformer.methods.reuse import documents_stage, stage_record
 from xtransformer.methods.zeroshot import SETTINGS as ZERO_SHOT_SETTINGS
 from xtransformer.methods.zeroshot import ZERO_SHOT_DIR, ZeroShot, zero_shot_bounds
 from xtransformer.model.folder import (
@@ -57,21 +62,6 @@ CALIBRATION_DIR = "calibration"
 
 
 @dataclass
-class ModelRecords:
-    """What every model holds beside its components: the label space and the two settings records."""
-
-    label_ids: list[str]
-    label_names: list[str]
-    predict: dict[str, Any]  # prediction settings: the defaults a call may override
-    train: dict[str, Any] = field(default_factory=dict)  # how it was trained (provenance, not read back)
-    method: str = ""  # the name it is known by: its kind, or e.g. "xrtransformer+xrlinear"
-
-    @classmethod
-    def of(cls, data: LabeledData, predict: dict[str, Any], train: dict[str, Any]) -> ModelRecords:
-        return cls(list(data.label_ids), list(data.label_names), predict, train)
-
-
-@dataclass
 class Evaluation:
     """A model's label scores on evaluation data, their metrics, and method-specific diagnostics."""
 
@@ -80,17 +70,12 @@ class Evaluation:
     diagnostics: dict[str, Any] = field(default_factory=dict)
 
 
-class XMCModel:
+class XMCModel(Calibrates):
     """Base of every method; ``XMCModel.load`` returns the class a folder's manifest names."""
 
     kind: ClassVar[str] = ""  # the registry's name of the method, and the manifest's components.kind
     settings_class: ClassVar[type[Settings] | None] = None  # the typed record fit takes
     collective: ClassVar[bool] = False  # fit shares work across the processes of a DDP run
-    # where add_labels puts a new label unless told (indexing/placement.py: chosen per method on
-    # held-out training documents); None: each member's own (a combination)
-    default_placement: ClassVar[str | None] = "centroid"
-    default_leaves: ClassVar[int | None] = None  # leaves per new label unless told (None: placement.DEFAULT_LEAVES)
-    needs_text: bool = False  # True: predicts from texts only (an encoder reads them)
 
     def __init__(self, records: ModelRecords):
         self.label_ids: list[str] = records.label_ids
@@ -98,14 +83,26 @@ class XMCModel:
         self.predict_settings: dict[str, Any] = dict(records.predict)
         self.train_settings: dict[str, Any] = dict(records.train)
         self.method: str = records.method or self.kind
-        self.folder: Path | None = None
+        self.folder: Path | None = None  # where it was saved or loaded from; None once it differs from that folder
         self.manifest: dict[str, Any] = {}
-        self.report: dict[str, Any] = {}  # what fit did: stage keys, index facts, levels, timings
         self.zero_shot: Any = None  # a ZeroShot (methods/zeroshot.py): labels without documents scored from text
         self.calibration: Calibration | None = None  # scores -> probabilities, per-label thresholds
-        # fingerprints of the texts it was trained on (a model fitted in this process): calibrate() refuses them
-        self.training_documents: np.ndarray | None = None
-        self.run_cache: Any = None  # the training run's stage cache, where add_labels finds its rows (use_cache)
+        self.training_run = TrainingRun()
+
+    @property
+    def abilities(self) -> frozenset[Ability]:
+        """What this model can do beyond ranking labels for texts (``methods/abilities.py``)."""
+        return declared_abilities(type(self))
+
+    def derived(self) -> XMCModel:
+        """A copy to change (a verb's new model): its records copied, its components shared (no verb
+        changes a component in place), no folder (it is not what its folder holds)."""
+        import copy
+
+        out = copy.copy(self)
+        out.predict_settings, out.train_settings = dict(self.predict_settings), dict(self.train_settings)
+        out.folder, out.manifest = None, {}
+        return out
 
     # ------------------------------------------------------------------ training
     @classmethod
@@ -120,36 +117,61 @@ class XMCModel:
         validation: Any = None,
         context: Any = None,
         **groups: Any,
-    ) -> XMCModel | None:
+    ) -> XMCModel:
         """Train on ``inputs`` (texts, or sparse feature rows where the method reads TF-IDF only)
         and ``labels`` (one list of label ids per document, or a sparse ``N x L`` matrix with
         ``label_ids``). ``settings``: the method's record (``cls.settings_class``); ``groups``:
         its sections as records or mappings (``matcher={"max_steps": 100}``) over it.
         ``validation``: ``(inputs, labels)`` reported on while training, never chosen on.
         ``context``: a :class:`~xtransformer.context.TrainContext` (cache, trainer, loggers);
-        default: a scratch cache and one CPU. Returns None in the helper processes of a DDP run."""
+        default: a scratch cache and one CPU. In a DDP run this is rank 0's call; the other ranks
+        call :meth:`share_fit` with the same arguments."""
         from xtransformer.context import TrainContext
 
-        data = LabeledData.build(inputs, labels, label_ids, label_names)
-        record = cls.make_settings(settings, groups)
-        val = None if validation is None else data.like(*_pair(validation))
         ctx = context if context is not None else TrainContext()
+        if not ctx.is_rank_zero:
+            raise ModelError(
+                f"{cls.__name__}.fit runs on rank 0 of a DDP run; the other ranks call "
+                f"{cls.__name__}.share_fit with the same arguments"
+            )
         try:
+            options = {"label_ids": label_ids, "label_names": label_names, "validation": validation, **groups}
+            data, record, val = cls._fit_inputs(inputs, labels, settings, options)
             keys = cls.plan(data, record, ctx)
-            if not ctx.is_rank_zero and not cls.collective:
-                return None  # nothing to share: the helper ranks only join collective fine-tuning
             digests = text_digests(data.texts) if data.texts is not None else None
-            if ctx.is_rank_zero and digests is not None:  # what lets add_labels find these rows again
+            if digests is not None:  # what lets add_labels find these rows again
                 documents_stage(ctx.cache, digests, data.key)
             model = cls._fit(data, record, ctx, val, keys)
-            if model is not None:
-                model.train_settings["stages"] = stage_record(data.key, keys)
-                if digests is not None:
-                    model.training_documents = np.sort(digests)  # text_fingerprints, from the digests at hand
+            model.train_settings["stages"] = stage_record(data.key, keys)
+            if digests is not None:
+                model.training_run.documents = np.sort(digests)  # text_fingerprints, from the digests at hand
             return model
         finally:
             if context is None:
                 ctx.close()
+
+    @classmethod
+    def share_fit(cls, inputs: Any, labels: Any = None, settings: Settings | None = None, **options: Any) -> None:
+        """On a helper process of a DDP run (rank > 0): take part in the collective stages (the
+        fine-tuning) of the :meth:`fit` rank 0 runs with the same arguments (``options``: fit's
+        keywords, ``context`` among them); the model is rank 0's. Nothing to do for a method
+        without collective stages."""
+        if not cls.collective:
+            return
+        ctx = options.pop("context")
+        data, record, val = cls._fit_inputs(inputs, labels, settings, options)
+        cls._fit(data, record, ctx, val, cls.plan(data, record, ctx))
+
+    @classmethod
+    def _fit_inputs(
+        cls, inputs: Any, labels: Any, settings: Settings | None, options: dict[str, Any]
+    ) -> tuple[LabeledData, Settings, LabeledData | None]:
+        """What ``fit`` trains on: the data, the settings record, the validation data (``options``:
+        ``label_ids``, ``label_names``, ``validation`` and the settings groups)."""
+        data = LabeledData.build(inputs, labels, options.pop("label_ids", None), options.pop("label_names", None))
+        validation = options.pop("validation", None)
+        val = None if validation is None else data.like(*_pair(validation))
+        return data, cls.make_settings(settings, options), val
 
     @classmethod
     def make_settings(cls, settings: Settings | None = None, groups: Mapping[str, Any] | None = None) -> Settings:
@@ -190,123 +212,14 @@ class XMCModel:
     @classmethod
     def _fit(
         cls, data: LabeledData, settings: Settings, ctx: Any, validation: LabeledData | None, keys: dict[str, Any]
-    ) -> XMCModel:
+    ) -> XMCModel | None:
+        """The fitted model (its ``training_run.report``: what fitting did); None on a DDP helper rank."""
         raise NotImplementedError
-
-    # ------------------------------------------------------------------ growing
-    def add_labels(
-        self,
-        inputs: Any,
-        labels: Any = None,
-        *,
-        label_ids: Sequence[str] | None = None,
-        label_names: Sequence[str] | None = None,
-        new_labels: Sequence[str] | None = None,
-        placement: str | None = None,
-        leaves: int | None = None,
-        negatives: str | None = None,
-    ) -> XMCModel:
-        """A new model: this one with the labels the documents carry that it lacks (or exactly
-        ``new_labels``) placed in the tree and trained against the documents given, or those the
-        model routes to their leaves (``methods/adding.py``). This model, its folder and every old
-        label's scores stay as they are; ``save`` the new one to a new folder. ``inputs`` / ``labels`` / ``label_ids`` /
-        ``label_names``: as :meth:`fit` takes them (names name the new labels). ``placement``:
-        ``centroid`` (the nearest leaves) or ``routes`` (those the model reaches from the label's
-        documents), default the method's ``default_placement``; ``leaves``: leaves per new label,
-        default the method's ``default_leaves``, else 2 (``indexing/placement.py``); ``negatives``:
-        what the new labels train against in a tree model, ``all`` documents given or their ``leaf``'s
-        (default: the model's ``added_negatives``). After :meth:`use_cache`, the TF-IDF rows and
-        embeddings of documents the training run read are taken from its stage cache, not computed
-        again (``methods/reuse.py``)."""
-        import dataclasses
-        import time
-
-        from xtransformer.indexing.placement import Placing
-        from xtransformer.methods.adding import plan_additions
-
-        placing = Placing(placement, leaves, negatives=negatives)  # bad settings fail before any data work
-        if self.default_placement is not None:  # a combination leaves the rule to each member
-            placing = placing.resolved(self.default_placement, self.default_leaves)
-        data = LabeledData.build(inputs, labels, label_ids, label_names)
-        plan = plan_additions(self.label_ids, self.label_names, data, new_labels, placing)
-        plan.cache = as_cache(self.run_cache)
-        start = time.perf_counter()
-        log.info("adding %d labels to a %s model from %d documents", len(plan.new_ids), self.method, len(data))
-        model = self._add_labels(plan)
-        if self.zero_shot is not None:  # old indices stand; the label space grew
-            model.zero_shot = dataclasses.replace(self.zero_shot, n_labels=model.n_labels)
-        record = plan.record()
-        if "negatives" in model.report:  # a tree model's, resolved from its added_negatives
-            record["negatives"] = model.report["negatives"]
-        history = [*self.train_settings.get("added_labels", []), record]
-        model.train_settings = {**self.train_settings, "added_labels": history}
-        model.report = {"added_labels": plan.summary() | model.report | {"seconds": time.perf_counter() - start}}
-        return model
-
-    def use_cache(self, cache: Any) -> XMCModel:
-        """Look for the training run's stages in ``cache`` (a folder, e.g. ``train.py``'s
-        ``paths.cache_dir``, or a :class:`~xtransformer.cache.StageCache`) when adding labels: the
-        rows it computed for the documents it read are taken from there; returns this model."""
-        self.run_cache = cache
-        return self
-
-    def grown_records(self, plan: Any) -> ModelRecords:
-        """This model's records over the grown label space of ``plan`` (an ``Additions``)."""
-        d = plan.data
-        return ModelRecords(
-            d.label_ids, d.label_names, dict(self.predict_settings), dict(self.train_settings), self.method
-        )
-
-    def _add_labels(self, plan: Any) -> XMCModel:
-        """The grown model (``plan``: the ``Additions``); its ``report``: what placing and training did."""
-        raise ModelError(f"a {self.method} model cannot add labels")
-
-    # ------------------------------------------------------------------ zero-shot labels
-    def fit_zero_shot(self, inputs: Any, labels: Any = None, sample: int = 2000, seed: int = 0) -> XMCModel:
-        """Score the labels no document of ``inputs`` / ``labels`` (the training documents, in this
-        model's label space) carries from their names (``methods/zeroshot.py``), calibrated on a
-        seeded ``sample`` of those documents; prediction setting ``zero_shot_labels`` (false by
-        default) turns it on; ``zero_shot_per_doc`` and ``zero_shot_floor`` bound what a document
-        gains. Returns this model, changed: ``save`` it to keep the part."""
-        from xtransformer.methods.zeroshot import fit_zero_shot
-
-        data = LabeledData.build(inputs, labels, self.label_ids, self.label_names)
-        zero = np.flatnonzero(np.diff(sp.csc_matrix(data.Y).indptr) == 0)
-        if not len(zero):
-            raise ModelError("every label has training documents: there is no zero-shot label to score")
-        self.predict_settings = {**ZERO_SHOT_SETTINGS, **self.predict_settings}
-        rows = np.sort(np.random.default_rng(seed).permutation(len(data))[:sample])
-        pred, D = self._calibration_pass(data, rows)
-        self.zero_shot = fit_zero_shot(D, self._label_rows(self.label_names), data.Y[rows], pred, zero)
-        self.folder = None  # no longer what its folder holds
-        return self
-
-    def _calibration_pass(self, data: LabeledData, rows: np.ndarray) -> tuple[sp.csr_matrix, Any]:
-        """The model's scores of ``data``'s documents ``rows`` and the rows it read them into."""
-        settings = self.settings({"zero_shot_labels": False})
-        if data.texts is None:
-            X = data.features[rows]
-            return self._predict_features(X, settings), self._feature_rows(X)
-        report: dict[str, Any] = {}
-        pred = self._predict_texts([data.texts[i] for i in rows], settings, report)
-        return pred, report["zero_shot_rows"]
-
-    def _label_rows(self, names: list[str]) -> Any:
-        """The label texts in the space of the documents' rows (unit rows)."""
-        raise ModelError(f"a {self.method} model cannot score labels from their text")
-
-    def _feature_rows(self, X: sp.spmatrix) -> Any:
-        raise ModelError(f"a {self.method} model needs texts; use predict(texts)")
 
     # ------------------------------------------------------------------ prediction
     @property
     def n_labels(self) -> int:
         return len(self.label_ids)
-
-    @property
-    def takes_features(self) -> bool:
-        """True when the model can predict from TF-IDF rows alone (no text needed)."""
-        return not self.needs_text
 
     def settings(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """This call's prediction settings: the model's, with ``overrides`` (None: keep) over them.
@@ -342,27 +255,12 @@ class XMCModel:
         empty row: there is nothing to classify."""
         return self._predict_texts_kept(texts, self.settings(overrides), None)
 
-    def predict_features_csr(self, X: sp.spmatrix, **overrides: Any) -> sp.csr_matrix:
-        """Same as :meth:`predict_csr` from TF-IDF rows (``N x F``, as training computed them) or,
-        for a model trained on given features, from those raw feature rows."""
-        if self.needs_text:
-            raise ModelError(f"a {self.method} model needs texts (its encoder reads them); use predict(texts)")
-        settings = self.settings(overrides)
-        pred = self._predict_features(X, settings)
-        if self.zero_shot is not None and settings.get("zero_shot_labels"):
-            pred = self.zero_shot.merge(pred, self._feature_rows(X), settings)
-        return pred
-
     def predict(self, texts: Sequence[str], k: int = 5, **overrides: Any) -> list[dict[str, Any]]:
         """For each text, its ``k`` best labels: ``{"labels": ids, "names": names, "scores": floats}``
         (and ``"probabilities"`` when calibrated); with ``decision="threshold"`` / ``"per_label"`` (or
         ``threshold=p``) the decided labels instead, however many there are (``k`` is not used)."""
         settings = self.settings(overrides)
         return self.label_rows(self.predict_csr(texts, **self.overrides_for_k(k, overrides)), k, settings)
-
-    def predict_features(self, X: sp.spmatrix, k: int = 5, **overrides: Any) -> list[dict[str, Any]]:
-        settings = self.settings(overrides)
-        return self.label_rows(self.predict_features_csr(X, **self.overrides_for_k(k, overrides)), k, settings)
 
     def evaluate(
         self, inputs: Any, labels: Any = None, inv_propensity: np.ndarray | None = None, **overrides: Any
@@ -375,6 +273,7 @@ class XMCModel:
         if data.texts is not None:
             pred = self._predict_texts_kept(data.texts, settings, report)
         else:
+            require(self, Ability.FEATURE_ROWS, "evaluate on feature rows")
             pred = self.predict_features_csr(data.features, **overrides)
         metrics = self.score(data.Y, pred, inv_propensity, settings)
         return Evaluation(pred, metrics, self._diagnose(data, report))
@@ -394,45 +293,6 @@ class XMCModel:
         if self.calibration is not None:
             out |= self.calibration.report(pred, Y, settings or self.predict_settings)
         return out
-
-    # ------------------------------------------------------------------ calibration
-    def calibrate(
-        self, inputs: Any, labels: Any = None, settings: CalibrationConfig | None = None, **fields: Any
-    ) -> XMCModel:
-        """Fit this model's calibrator on held-out documents (texts or feature rows, and their
-        labels): never documents it was trained on, nor the ones it will be evaluated on. ``fields``
-        over ``settings`` (default: Platt on score and rank): ``method``, ``features``,
-        ``min_positives``, ``threshold`` (None: tuned for micro-F1), ``min_labels``, ``max_labels``,
-        ``decision``. Returns the model, now predicting probabilities and deciding label sets."""
-        data = LabeledData.build(inputs, labels, self.label_ids, self.label_names)
-        self._refuse_training_documents(data)
-        base = (settings or CalibrationConfig(method="platt", holdout=1)).to_dict()
-        config = CalibrationConfig.from_mapping({**base, **fields, "holdout": len(data)})
-        plain = {k: v for k, v in self.predict_settings.items() if k not in DECISION_KEYS}
-        if data.texts is not None:
-            pred = self._predict_texts_kept(data.texts, plain, None)
-        else:
-            pred = self._predict_features(data.features, plain)
-        return self.calibrate_scores(pred, data.Y, config, {"source": "documents given to calibrate()"})
-
-    def calibrate_scores(
-        self, pred: sp.csr_matrix, Y: sp.spmatrix, config: CalibrationConfig, source: Mapping[str, Any]
-    ) -> XMCModel:
-        """Fit the calibrator on held-out documents' scores ``pred`` (this model's predictions of
-        them) and labels ``Y``; ``source``: where the documents came from, kept in its record."""
-        self.calibration, decision = Calibration.fit(pred, sp.csr_matrix(Y), config, source)
-        self.predict_settings |= decision
-        return self
-
-    def _refuse_training_documents(self, data: LabeledData) -> None:
-        if self.training_documents is None or data.texts is None:
-            return  # a loaded folder keeps no training texts: the caller vouches for the documents
-        seen = int(np.isin(text_fingerprints(data.texts), self.training_documents).sum())
-        if seen:
-            raise ModelError(
-                f"calibrate: {seen} of the {len(data)} documents are documents this {self.method} model was "
-                "trained on; its scores on them are optimistic. Calibrate on held-out documents"
-            )
 
     def overrides_for_k(self, k: int, overrides: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
@@ -525,9 +385,6 @@ class XMCModel:
         """Scores of non-blank texts; ``report``: where diagnostics may leave what they need."""
         raise NotImplementedError
 
-    def _predict_features(self, X: sp.spmatrix, settings: dict[str, Any]) -> sp.csr_matrix:
-        raise ModelError(f"a {self.method} model needs texts; use predict(texts)")
-
     def _diagnose(self, data: LabeledData, report: dict[str, Any]) -> dict[str, Any]:
         """Method-specific evaluation facts (the matcher's cluster recall, ...); none by default."""
         return {}
@@ -610,11 +467,6 @@ def resolve_folder(path: Path, method: str | None) -> Path:
     return path
 
 
-def text_fingerprints(texts: Sequence[str]) -> np.ndarray:
-    """A sorted 64-bit fingerprint of every text (what ``calibrate`` compares with the training texts)."""
-    return np.sort(text_digests(texts))
-
-
 def empty_rows_csr(pred: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
     """``pred`` (rows of the ``keep`` documents) spread to ``len(keep)`` rows, the others empty."""
     rows = np.flatnonzero(keep)
@@ -626,15 +478,18 @@ def empty_rows_csr(pred: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
 
 def with_settings(model: Any, settings: Mapping[str, Any]) -> Any:
     """A shallow copy of a linear model (weights shared) whose config carries this call's prediction
-    settings: concurrent calls with different overrides never see each other's."""
+    settings: concurrent calls with different overrides never see each other's. The model itself
+    when the call asks for what its config holds (no copy, no second check of the record)."""
     import copy
     import dataclasses
 
     base = model.config
     names = {f.name for f in dataclasses.fields(base)}
-    out = copy.copy(model)
     # a decision's `threshold` is a probability, not the ranker's weight-pruning `threshold`
     chosen = {k: v for k, v in settings.items() if k in names and k not in DECISION_KEYS}
+    if all(getattr(base, k) == v for k, v in chosen.items()):
+        return model
+    out = copy.copy(model)
     out.config = dataclasses.replace(base, **chosen)
     return out
 

@@ -25,6 +25,7 @@ from xtransformer.data.tfidf import TfidfFeatures, tfidf_stage
 from xtransformer.indexing import ClusterChain, build_index, cluster_quality, learn_overlap
 from xtransformer.matcher.inference import EncodeOptions, LoadedMatcher
 from xtransformer.matcher.train import inference_precision, tiny_corpus
+from xtransformer.methods.abilities import AddsLabels, ScoresZeroShot
 from xtransformer.methods.base import ModelRecords, XMCModel
 from xtransformer.utils.io import load_csr, load_json, save_csr, save_json, save_npy, settings_key
 from xtransformer.utils.rows import unit_rows
@@ -47,10 +48,9 @@ class TreeInputs:
     chain: ClusterChain
 
 
-class NeuralModel(XMCModel):
+class NeuralModel(AddsLabels, ScoresZeroShot, XMCModel):
     """A model that reads texts through TF-IDF and a fine-tuned encoder (``matcher``)."""
 
-    needs_text = True
     collective = True  # fine-tuning is shared by the processes of a DDP run
 
     def __init__(self, records: ModelRecords, tfidf: TfidfFeatures, matcher: Matcher, features: dict[str, Any]):
@@ -116,7 +116,7 @@ class NeuralModel(XMCModel):
             )
 
         folder = ctx.cache.run(stage, key, build, settings=self.predict_settings)
-        self.report.setdefault("encode", load_json(folder / "facts.json"))
+        self.training_run.report.setdefault("encode", load_json(folder / "facts.json"))
         return np.load(folder / EMBEDDINGS), load_csr(folder / "topb.npz")
 
     def embed_rows(self, rows: Any, stage: str, texts: list[str], progress: bool = False) -> np.ndarray:

@@ -4,7 +4,7 @@ Adding labels reads documents the model was mostly trained on: EURLEX57K's 44,00
 which took XR-Transformer's encoder 460 s to embed on 2 CPU cores. Every fit records the digest of
 each training text in the stage ``documents`` (keyed by the data's content key), and the model
 records the keys of its stages (``train_settings["stages"]``). Given the run's cache
-(``XMCModel.use_cache``), ``add_labels`` takes a known text's TF-IDF row and embedding from there
+(``add_labels(..., cache=...)``), it takes a known text's TF-IDF row and embedding from there
 and computes only the rows of texts the run never read. Where the cache lacks a stage
 (another machine, a cleared cache, a model trained before stages were recorded) every row is
 computed, as without it.
@@ -38,7 +38,7 @@ def documents_stage(cache: StageCache, digests: np.ndarray, data_key: str) -> No
 def stage_record(data_key: str, keys: Mapping[str, Any]) -> dict[str, str]:
     """What a model's ``train_settings["stages"]`` keeps: the documents' key and its stages' keys (a
     stage of one key per run; the level loop's keys are left out). Keys only: a folder keeps no
-    machine-local path, so the cache is named when labels are added (``XMCModel.use_cache``)."""
+    machine-local path, so the cache is named when labels are added (``add_labels(..., cache=...)``)."""
     return {DOCS_STAGE: data_key} | {name: key for name, key in keys.items() if isinstance(key, str)}
 
 

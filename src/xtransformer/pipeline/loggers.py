@@ -2,13 +2,13 @@
 
 Each entry of ``cfg.logger`` is a Lightning logger with a ``_target_``; they receive the matcher's
 training curves from Lightning, and ``log_final`` adds the resolved config, final metrics and
-plots. W&B defaults to offline mode (no network here); multirun members are grouped by sweep.
+plots. W&B runs offline unless ``logger.wandb.offline=false`` (or ``WANDB_OFFLINE=false``); multirun
+members are grouped by sweep.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ def build_loggers(cfg: DictConfig, records: dict[str, Any] | None = None) -> lis
     so dashboards compare runs on what shaped them rather than on the raw config tree."""
     if not cfg.get("logger"):
         return []
-    os.environ.setdefault("WANDB_MODE", "offline")
     out = []
     for name, lcfg in cfg.logger.items():
         if lcfg is None or "_target_" not in lcfg:

@@ -112,11 +112,12 @@ def _run(cfg: DictConfig, s: RunSettings, ctx: TrainContext) -> dict[str, Any]:
     ctx.loggers = build_loggers(cfg, s.records()) if ctx.is_rank_zero else []
     out, main = Outcome(), None
     for name, record in s.methods.items():
+        if not ctx.is_rank_zero:  # a DDP helper process: it only shares the fine-tuning
+            method_class(name).share_fit(data.train, settings=record, validation=data.validation, context=ctx)
+            continue
         model = method_class(name).fit(data.train, settings=record, validation=data.validation, context=ctx)
         clock.lap(f"{name}_train")
-        if model is None:
-            continue  # a DDP helper process: it only shares the fine-tuning
-        score_method(model, data, s, out, clock)
+        model = score_method(model, data, s, out, clock)
         save_model(model, out_dir, data.ds, s)
         main, model = (model if name == s.method else main), None  # let go of a model the run no longer needs
     if not ctx.is_rank_zero:
@@ -142,13 +143,14 @@ def _run(cfg: DictConfig, s: RunSettings, ctx: TrainContext) -> dict[str, Any]:
     return metrics
 
 
-def score_method(model: XMCModel, data: RunData, s: RunSettings, out: Outcome, clock: Clock) -> None:
+def score_method(model: XMCModel, data: RunData, s: RunSettings, out: Outcome, clock: Clock) -> XMCModel:
     """Calibrate ``model`` on the held-out documents (when the run holds some out), then score the
-    eval split through its own ``evaluate``: metrics, predictions, its fit report."""
+    eval split through its own ``evaluate``: metrics, predictions, its fit report. Returns the
+    model the run keeps (the calibrated one)."""
     name = model.method
     if data.held is not None:
         out.held_out[name] = predict_documents(model, data.held)
-        model.calibrate_scores(out.held_out[name], data.held.Y, s.calibration, s.calibration.source(data.held))
+        model = model.calibrate_scores(out.held_out[name], data.held.Y, s.calibration, s.calibration.source(data.held))
         out.calibrations[name] = model.calibration
         clock.lap(f"{name}_calibrate")
     start = time.perf_counter()
@@ -157,7 +159,8 @@ def score_method(model: XMCModel, data: RunData, s: RunSettings, out: Outcome, c
     out.predictions[name], out.results[name] = ev.predictions, ev.metrics
     out.results |= ev.diagnostics
     seconds = max(time.perf_counter() - start, 1e-9)
-    out.reports[name] = model.report | {"predict_docs_per_s": round(len(data.evalset) / seconds, 2)}
+    out.reports[name] = model.training_run.report | {"predict_docs_per_s": round(len(data.evalset) / seconds, 2)}
+    return model
 
 
 def predict_documents(model: XMCModel, docs: LabeledData) -> Any:
@@ -195,7 +198,7 @@ def combine_with_xrlinear(
     both = Combination([main, xrlinear], method=s.combine_with_xrlinear, weights=s.combine_weights())
     if held is not None:
         scores = both.combine([held_out[s.method], held_out["xrlinear"]])
-        both.calibrate_scores(scores, held.Y, s.calibration, s.calibration.source(held))
+        both = both.calibrate_scores(scores, held.Y, s.calibration, s.calibration.source(held))
     both.save(model_dir / both.method)
     return both
 

@@ -101,8 +101,8 @@ class _TopLevel(Settings):
         if self.combine_with_baseline != "unset":
             log.warning("`combine_with_baseline` is now `combine_with_xrlinear` (the old name goes in a later release)")
             self.combine_with_xrlinear = self.combine_with_baseline
-        if self.method not in registry.METHODS:
-            raise self.bad("method", f"expected one of {list(registry.METHODS)} (the config group method=...)")
+        if self.method not in registry.trainable():
+            raise self.bad("method", f"expected one of {list(registry.trainable())} (the config group method=...)")
         key = "combine_with_baseline" if self.combine_with_baseline != "unset" else "combine_with_xrlinear"
         if self.combine_with_xrlinear not in (None, *ENSEMBLE_METHODS):
             raise self.bad(key, f"expected one of {[*ENSEMBLE_METHODS, None]}")
@@ -122,7 +122,7 @@ def groups(plain: Mapping[str, Any]) -> set[str]:
     """The config's groups: the suite's own, and the sections of the main method's settings record
     (a method added to the registry may bring a group of its own)."""
     method = plain.get("method")
-    if not (isinstance(method, str) and method in registry.METHODS):
+    if not (isinstance(method, str) and method in registry.trainable()):
         return set(GROUPS)  # _TopLevel's check names the bad `method`
     return set(GROUPS) | {f.name for f in dataclasses.fields(method_class(method).settings_class)}
 

@@ -78,6 +78,7 @@ def _health(srv: Served) -> dict[str, Any]:
         "workers": batcher.workers,
         "n_labels": model.n_labels,
         "calibrated": bool(getattr(model, "decides", False)),
+        "abilities": sorted(str(a) for a in getattr(model, "abilities", ())),  # what else the model can do
         "format_version": srv.manifest.get("format_version"),
         "batching": dict(batcher.stats),
         "queue_texts": batcher.queued_texts,

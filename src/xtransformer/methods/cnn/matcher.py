@@ -24,8 +24,8 @@ import torch
 
 from xtransformer.matcher.inference import EncodeOptions, MatcherPrediction, topb_csr
 from xtransformer.methods.cnn.config import CNNConfig
-from xtransformer.methods.cnn.model import NETWORK_DIR, load_network, save_network
 from xtransformer.methods.cnn.network import TextCNN, run_batches
+from xtransformer.methods.cnn.weights import NETWORK_DIR, load_network, save_network
 
 RECORD = "cnn.json"  # what marks a CNN matcher's folder
 

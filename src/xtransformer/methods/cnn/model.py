@@ -16,18 +16,15 @@ import torch
 
 from xtransformer.data.inputs import LabeledData
 from xtransformer.methods.base import ModelRecords, XMCModel
-from xtransformer.methods.cnn.config import CNNConfig, KimCNNSettings, XMLCNNSettings
-from xtransformer.methods.cnn.network import NETWORK_KEYS, TextCNN, run_batches
-from xtransformer.model.folder import scrub
-from xtransformer.utils.io import atomic_dir, load_json, save_json, settings_key
-
-NETWORK_DIR = "network"
+from xtransformer.methods.cnn.config import KimCNNSettings, XMLCNNSettings
+from xtransformer.methods.cnn.network import TextCNN, run_batches
+from xtransformer.methods.cnn.weights import NETWORK_DIR, load_network, save_network
+from xtransformer.utils.io import load_json, settings_key
 
 
 class CNNModel(XMCModel):
     """Texts -> tokens -> :class:`TextCNN` -> a sigmoid score per label, the top ``topk`` kept."""
 
-    needs_text = True
     collective = True  # training is shared by the processes of a DDP run
 
     def __init__(self, records: ModelRecords, network: TextCNN, tokenizer: Any, meta: dict[str, Any]):
@@ -66,7 +63,7 @@ class CNNModel(XMCModel):
         }
         records = ModelRecords.of(data, predict, s.training_settings() | {"trainer": ctx.trainer.placement()})
         model = cls(records, *load_network(folder / NETWORK_DIR)).to(ctx.trainer.device)
-        model.report = {"stage_keys": keys, "train": load_json(folder / "facts.json")}
+        model.training_run.report = {"stage_keys": keys, "train": load_json(folder / "facts.json")}
         return model
 
     def to(self, device: str) -> CNNModel:
@@ -122,44 +119,3 @@ def score_tokens(network: TextCNN, tokens: Any, settings: dict[str, Any], width:
         top = torch.sigmoid(logits).topk(k, dim=1)
         scores[rows], labels[rows] = top.values.numpy(), top.indices.numpy()
     return topb_csr(scores, labels, n_labels)
-
-
-# ---------------------------------------------------------------------------------------- folder
-def network_meta(cfg: CNNConfig, network: TextCNN) -> dict[str, Any]:
-    """``cnn.json``: the network's shape, how texts become tokens, the settings it trained with."""
-    return scrub(
-        {
-            **{k: getattr(cfg, k) for k in NETWORK_KEYS},
-            "vocab": list(network.embedding.weight.shape),
-            "n_labels": network.output.out_features,
-            "max_length": cfg.max_length,
-            "truncate_chars": cfg.truncate_chars,
-            "settings": cfg.training_settings(),
-        }
-    )
-
-
-def save_network(path: Path, network: TextCNN, tokenizer: Any, meta: dict[str, Any]) -> Path:
-    """``network/`` (atomic): ``weights.safetensors`` (no pickle), ``cnn.json``, the tokenizer."""
-    from safetensors.torch import save_file
-
-    with atomic_dir(path) as tmp:
-        weights = {k: v.detach().cpu().contiguous() for k, v in network.state_dict().items()}
-        save_file(weights, tmp / "weights.safetensors")
-        tokenizer.save_pretrained(tmp)
-        save_json(meta, tmp / "cnn.json")
-    return path
-
-
-def load_network(path: Path) -> tuple[TextCNN, Any, dict[str, Any]]:
-    """``(network, tokenizer, meta)`` of a folder :func:`save_network` wrote."""
-    from types import SimpleNamespace
-
-    from safetensors.torch import load_file
-    from transformers import AutoTokenizer
-
-    meta = load_json(path / "cnn.json")
-    shape = SimpleNamespace(**{k: meta[k] for k in NETWORK_KEYS})
-    network = TextCNN(tuple(meta["vocab"]), int(meta["n_labels"]), shape)
-    network.load_state_dict(load_file(path / "weights.safetensors"))
-    return network.eval(), AutoTokenizer.from_pretrained(path), meta

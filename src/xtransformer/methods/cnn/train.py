@@ -47,8 +47,8 @@ def train_cnn(
         from xtransformer.encoders import resolve_model
         from xtransformer.matcher.datamodule import MatcherDataModule
         from xtransformer.matcher.train import fit_resumable
-        from xtransformer.methods.cnn.model import network_meta, save_network
         from xtransformer.methods.cnn.module import CNNModule
+        from xtransformer.methods.cnn.weights import network_meta, save_network
 
         corpus = texts[TRAIN_SPLIT] if cfg.encoder.lower().startswith("tiny:") else None
         base = resolve_model(cfg.encoder, cfg.cache_dir, corpus=corpus)

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 
 from xtransformer.ensemble import METHODS as RULES
 from xtransformer.ensemble import ensemble_predictions
+from xtransformer.methods.abilities import Ability, AddsLabels, ReadsFeatureRows, ScoresZeroShot, declared_abilities
 from xtransformer.methods.base import ModelRecords, XMCModel
 from xtransformer.methods.zeroshot import BOUNDS as ZERO_SHOT_BOUNDS
 from xtransformer.methods.zeroshot import SETTINGS as ZERO_SHOT_SETTINGS
@@ -50,9 +51,10 @@ class CombinationSettings(Settings):
             raise self.bad("topk", "must be an int >= 1")
 
 
-class Combination(XMCModel):
+class Combination(AddsLabels, ScoresZeroShot, ReadsFeatureRows, XMCModel):
     """Members' label scores combined: ``average`` (weighted mean of raw scores), ``rank-average``
-    or ``softmax-average``; prediction settings ``method``, ``weights``, ``topk``."""
+    or ``softmax-average``; prediction settings ``method``, ``weights``, ``topk``. It can do what
+    every member can (``abilities``)."""
 
     kind = "ensemble"
     default_placement = None  # every member places new labels by its own rule
@@ -78,9 +80,13 @@ class Combination(XMCModel):
         )
         super().__init__(records)
         self.members = list(members)
-        self.needs_text = any(m.needs_text for m in self.members)
-        known = [m.training_documents for m in self.members if m.training_documents is not None]
-        self.training_documents = np.unique(np.concatenate(known)) if known else None
+        known = [m.training_run.documents for m in self.members if m.training_run.documents is not None]
+        self.training_run.documents = np.unique(np.concatenate(known)) if known else None
+
+    @property
+    def abilities(self) -> frozenset[Ability]:
+        """What every member can do (a feature row is read by all of them or by none)."""
+        return frozenset.intersection(declared_abilities(type(self)), *(m.abilities for m in self.members))
 
     # ------------------------------------------------------------------ training
     @classmethod
@@ -97,11 +103,11 @@ class Combination(XMCModel):
         for name, settings in s.members.items():
             member_cls = method_class(name)
             record = settings if isinstance(settings, Settings) else member_cls.make_settings(None, settings or {})
-            member = member_cls.fit(data, settings=record, validation=validation, context=ctx)
-            if member is None:
-                return None  # a DDP helper process
-            members.append(member)
-        return cls(members, s.method, s.weights, s.topk)
+            if not ctx.is_rank_zero:  # a DDP helper process: it shares each member's collective stages
+                member_cls.share_fit(data, settings=record, validation=validation, context=ctx)
+                continue
+            members.append(member_cls.fit(data, settings=record, validation=validation, context=ctx))
+        return cls(members, s.method, s.weights, s.topk) if members else None
 
     # ------------------------------------------------------------------ prediction
     def combine(self, predictions: Sequence[sp.csr_matrix], **overrides: Any) -> sp.csr_matrix:
@@ -133,29 +139,29 @@ class Combination(XMCModel):
         return out
 
     def fit_zero_shot(self, inputs: Any, labels: Any = None, sample: int = 2000, seed: int = 0) -> Combination:
-        """Every member scores the labels without documents from their text; combined as before."""
-        for member in self.members:
-            member.fit_zero_shot(inputs, labels, sample, seed)
-        self.predict_settings = {**ZERO_SHOT_SETTINGS, **self.predict_settings}
-        self.folder = None
-        return self
+        """A new combination whose every member also scores the labels without documents from
+        their text, combined as before; this one stays as it is."""
+        from xtransformer.methods.abilities import require
+
+        require(self, Ability.ZERO_SHOT, "fit_zero_shot")
+        out = self._with_members([m.fit_zero_shot(inputs, labels, sample, seed) for m in self.members])
+        out.predict_settings = {**ZERO_SHOT_SETTINGS, **out.predict_settings}
+        out.calibration = self.calibration  # the same label space: its calibrator still applies
+        return out
 
     # ------------------------------------------------------------------ growing
-    def use_cache(self, cache: Any) -> Combination:
-        """Every member looks for its training run's stages in ``cache``."""
-        for member in self.members:
-            member.use_cache(cache)
-        return super().use_cache(cache)
-
-    def _add_labels(self, plan: Any) -> Combination:
-        """Every member grown by the same labels, combined as before."""
+    def _add_labels(self, plan: Any) -> tuple[Combination, dict[str, Any]]:
+        """Every member grown by the same labels (from the same run cache), combined as before."""
         p = plan.placing
         how = {"new_labels": plan.new_ids, "placement": p.by, "leaves": p.leaves, "negatives": p.negatives}
-        members = [m.add_labels(plan.data, **how) for m in self.members]
+        members = [m.add_labels(plan.data, cache=plan.cache, **how) for m in self.members]
+        return self._with_members(members), {m.method: m.training_run.report["added_labels"] for m in members}
+
+    def _with_members(self, members: list[XMCModel]) -> Combination:
+        """This combination (its rule, weights and records) over new ``members``."""
         p = self.predict_settings
         out = Combination(members, p["method"], p.get("weights"), p["topk"], name=self.method)
         out.train_settings, out.predict_settings = dict(self.train_settings), dict(p)
-        out.report = {m.method: m.report["added_labels"] for m in members}
         return out
 
     # ------------------------------------------------------------------ folders

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 from xtransformer.data.inputs import LabeledData
 from xtransformer.data.tfidf import TfidfFeatures, tfidf_key, tfidf_stage
 from xtransformer.indexing import IndexingConfig, build_index, check_copies_fit, learn_overlap, overlap_summary
+from xtransformer.methods.abilities import AddsLabels, ReadsFeatureRows, ScoresZeroShot
 from xtransformer.methods.base import ModelRecords, XMCModel, with_settings
 from xtransformer.methods.xrlinear.config import XRLinearSettings
 from xtransformer.model.folder import ModelError
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 TFIDF_DIR, RANKER_DIR = "tfidf", "ranker"
 
 
-class XRLinear(XMCModel):
+class XRLinear(AddsLabels, ScoresZeroShot, ReadsFeatureRows, XMCModel):
     """TF-IDF -> :class:`~xtransformer.ranker.HierarchicalLinear` (or a forest of them), beam search."""
 
     kind = "xrlinear"
@@ -33,7 +34,6 @@ class XRLinear(XMCModel):
     default_placement = "routes"
     default_leaves = 1
     settings_class = XRLinearSettings
-    needs_text = False
 
     def __init__(self, records: ModelRecords, tfidf: TfidfFeatures, model: HierarchicalLinear | LinearForest):
         super().__init__(records)
@@ -75,7 +75,7 @@ class XRLinear(XMCModel):
         model = load_tree_model(folder / "model")
         model.config = x.model  # prediction settings (beam, top-k, post-processor) come from these settings
         out = cls(ModelRecords.of(data, ranker_predict_settings(x.model), settings.training_settings()), tfidf, model)
-        out.report = {"stage_keys": keys, "index": index_section(x.indexing.n_copies, model.chain[-1])}
+        out.training_run.report = {"stage_keys": keys, "index": index_section(x.indexing.n_copies, model.chain[-1])}
         return out
 
     @classmethod
@@ -114,7 +114,7 @@ class XRLinear(XMCModel):
         return self.tfidf.from_texts(names)
 
     # ------------------------------------------------------------------ growing
-    def _add_labels(self, plan: Any) -> XRLinear:
+    def _add_labels(self, plan: Any) -> tuple[XRLinear, dict[str, Any]]:
         """New labels at the leaves nearest their PIFA-TF-IDF rows (the representation it indexed with)."""
         from xtransformer.methods.adding import grown_reach, grown_report
         from xtransformer.methods.reuse import tfidf_rows
@@ -130,8 +130,7 @@ class XRLinear(XMCModel):
         out.predict_settings["added_reach"] = grown_reach(
             out.predict_settings, model.config.added_reach, report["negatives"]
         )
-        out.report = grown_report(report, plan.new_ids)
-        return out
+        return out, grown_report(report, plan.new_ids)
 
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:

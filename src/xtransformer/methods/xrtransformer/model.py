@@ -130,7 +130,7 @@ class XRTransformer(NeuralModel):
         model.final = final_stage(
             ctx, keys["xrfinal"], data, final_features(fcfg.features, X, emb, fcfg.model.neural_weight), s, tree
         )
-        model.report |= {
+        model.training_run.report |= {
             "stage_keys": keys,
             "levels": tuned.levels,
             "index": index_section(s.indexing.n_copies, chain.leaf_assignment),
@@ -175,7 +175,7 @@ class XRTransformer(NeuralModel):
             raise XRTransformerConfigError(f"xrtransformer.{err}") from None
 
     # ------------------------------------------------------------------ growing
-    def _add_labels(self, plan: Any) -> XRTransformer:
+    def _add_labels(self, plan: Any) -> tuple[XRTransformer, dict[str, Any]]:
         """New labels in the final tree as ``plan.placing`` says (by default the leaves the final
         model's beam reaches most often from their documents, read as TF-IDF ⊕ the fine-tuned
         embeddings), and in the fine-tuning tree at its λ nearest leaves (it has no beam of its own)."""
@@ -199,8 +199,7 @@ class XRTransformer(NeuralModel):
             out.predict_settings, final.config.added_reach, report["negatives"]
         )
         out.device = self.device
-        out.report = grown_report(report, plan.new_ids)
-        return out
+        return out, grown_report(report, plan.new_ids)
 
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:

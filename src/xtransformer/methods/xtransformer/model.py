@@ -91,7 +91,10 @@ class XTransformer(NeuralModel):
         records = ModelRecords.of(data, predict, s.training_settings() | {"trainer": ctx.trainer.placement()})
         model = cls(records, tfidf, load_matcher(folder, ctx.trainer.device), features, chain).to(ctx.trainer.device)
         model.ranker = model._ranker_stage(ctx, keys, data, X, s)
-        model.report |= {"stage_keys": keys, "index": index_section(s.indexing.n_copies, chain.leaf_assignment)}
+        model.training_run.report |= {
+            "stage_keys": keys,
+            "index": index_section(s.indexing.n_copies, chain.leaf_assignment),
+        }
         return model
 
     def _ranker_stage(
@@ -144,7 +147,7 @@ class XTransformer(NeuralModel):
         return {"matcher_cluster_recall": {f"cluster_recall@{b}": round(100 * recall, 3)}}
 
     # ------------------------------------------------------------------ growing
-    def _add_labels(self, plan: Any) -> XTransformer:
+    def _add_labels(self, plan: Any) -> tuple[XTransformer, dict[str, Any]]:
         """New labels at the leaves nearest them in the tree's representation (PIFA-TF-IDF, else PIFA
         over the ranker's features), or those the matcher's top-b clusters reach from their documents
         (``plan.placing``), ranked over the matcher's top-b clusters as trained."""
@@ -171,8 +174,7 @@ class XTransformer(NeuralModel):
             self.grown_records(plan), self.tfidf, self.matcher, self.features, grow_chain(self.chain, placed.leaves)
         )
         out.ranker, out.device = ranker, self.device
-        out.report = grown_report(report | {"placement": placed.summary(), "leaves": placed.leaves}, plan.new_ids)
-        return out
+        return out, grown_report(report | {"placement": placed.summary(), "leaves": placed.leaves}, plan.new_ids)
 
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""A toy method added the way docs/ARCHITECTURE.md says ("How to add a method"): it predicts each
-label's share of the training documents, the popularity baseline of XMC papers. Registered by
-``test_registry.py`` with one line in ``xtransformer.methods.METHODS`` and one config file."""
+"""The popularity baseline of XMC papers as an xtransformer method: each label scores its share of
+the training documents, the same for every document. A method from another package: registered by
+the entry point ``xtransformer.methods`` in this package's ``pyproject.toml``."""
 
 from __future__ import annotations
 
@@ -11,25 +11,35 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from xtransformer.methods.base import ModelRecords, XMCModel
-from xtransformer.settings import Settings, predict_field
-from xtransformer.utils.io import settings_key
+from xtransformer.api import ModelRecords, ReadsFeatureRows, Settings, XMCModel, predict_field, settings_key
 
 
 @dataclass
 class PopularityConfig(Settings):
+    """The config group ``popularity``."""
+
     where = "popularity"
 
-    smoothing: float = 0.0  # added to every label's count (a training setting: part of the key)
-    topk: int = predict_field(20)
+    smoothing: float = 0.0  # added to every label's count (a training setting: part of the stage key)
+    topk: int = predict_field(20)  # labels kept per document
+
+    def check(self) -> None:
+        if not self.smoothing >= 0:
+            raise self.bad("smoothing", "must be >= 0")
+        if self.topk < 1:
+            raise self.bad("topk", "must be an int >= 1")
 
 
 @dataclass
 class PopularitySettings(Settings):
+    """Everything ``Popularity.fit`` reads: one field per config group."""
+
     popularity: PopularityConfig = field(default_factory=PopularityConfig)
 
 
-class Popularity(XMCModel):
+class Popularity(ReadsFeatureRows, XMCModel):
+    """Label scores from the training documents' label counts."""
+
     kind = "popularity"
     settings_class = PopularitySettings
 
@@ -45,27 +55,27 @@ class Popularity(XMCModel):
     def _fit(cls, data: Any, s: PopularitySettings, ctx: Any, validation: Any, keys: dict[str, str]) -> Popularity:
         def build(tmp: Path) -> None:
             counts = np.asarray(data.Y.sum(axis=0)).ravel() + s.popularity.smoothing
-            np.save(tmp / "scores.npy", (counts / counts.sum()).astype(np.float32))
+            np.save(tmp / "scores.npy", (counts / max(counts.sum(), 1e-12)).astype(np.float32))
 
         folder = ctx.cache.run("popularity", keys["popularity"], build, settings=s.popularity.training_settings())
-        model = cls(
-            ModelRecords.of(data, s.popularity.prediction_settings(), s.training_settings()),
-            np.load(folder / "scores.npy"),
-        )
-        model.report = {"stage_keys": keys}
+        records = ModelRecords.of(data, s.popularity.prediction_settings(), s.training_settings())
+        model = cls(records, np.load(folder / "scores.npy"))
+        model.training_run.report = {"stage_keys": keys}
         return model
 
     def _scores(self, n: int, settings: dict[str, Any]) -> sp.csr_matrix:
         top = np.argsort(-self.scores, kind="stable")[: int(settings["topk"])]
         rows = np.repeat(np.arange(n), len(top))
-        data = np.tile(self.scores[top], n)
-        return sp.csr_matrix((data, (rows, np.tile(top, n))), shape=(n, len(self.scores)))
+        return sp.csr_matrix((np.tile(self.scores[top], n), (rows, np.tile(top, n))), shape=(n, len(self.scores)))
 
     def _predict_texts(self, texts: list[str], settings: dict[str, Any], report: Any) -> sp.csr_matrix:
         return self._scores(len(texts), settings)
 
     def _predict_features(self, X: sp.spmatrix, settings: dict[str, Any]) -> sp.csr_matrix:
         return self._scores(X.shape[0], settings)
+
+    def _feature_rows(self, X: sp.spmatrix) -> sp.spmatrix:
+        return X
 
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
         np.save(tmp / "scores.npy", self.scores)
