@@ -1,6 +1,6 @@
 """Calibrators, thresholds, decision rules and the calibration settings, on hand-built cases.
 
-The issue's checks: a calibrator is monotone and, on a held-out set, gives probabilities whose ECE
+What is checked: a calibrator is monotone and, on a held-out set, gives probabilities whose ECE
 is at most that of the raw scores squashed by a sigmoid; per-label thresholds on a case where they
 are known; bad settings fail with one line naming the key.
 """

@@ -1,4 +1,4 @@
-"""Reliability table (issue 15): bad settings, bad data files, a damaged cache and runs killed in
+"""Reliability table: bad settings, bad data files, a damaged cache and runs killed in
 each stage, each run through the real entry point, asserting the exit code, that the LAST line of
 stderr is the one-line message naming the fault (the key, or the file and line), that no Python
 traceback was printed, and that a failure came before any stage wrote to the cache. Rows that must
