@@ -5,8 +5,8 @@ On a GPU machine that holds the data, the plain run is the whole experiment:
     python train.py experiment=eurlex57k_xr trainer=gpu 'matcher.level_steps=[400,800,1600]' matcher.max_length=512
 
 The tables in experiments/xr_budget/README.md were measured in three steps, so that the GPU host
-needed neither the data set nor the suite's caches, only a payload of at most 64 MiB: a payload of what fine-tuning needs
-(EURLEX57K texts cut to their first 400 words, which covers 512 tokens; MiniLM stored in fp16 with
+needed neither the data set nor the suite's caches, only a payload of at most 64 MiB of what
+fine-tuning needs (EURLEX57K texts cut to their first 400 words, which covers 512 tokens; MiniLM stored in fp16 with
 the rows of tokens EURLEX never uses zeroed; the labels), fine-tuning and embedding on the GPU
 (``XRTransformer.fit`` on the payload, which embeds the training split for its own final model, then
 ``model.embed`` of the other split; embeddings sent back as int8, row-scaled), and the final linear
