@@ -124,3 +124,29 @@ def test_xrtransformer_with_final_model_keeps_its_encoder_and_takes_the_labels(t
     assert a.nnz > 0 and np.allclose(a.toarray(), b.toarray())
     with pytest.raises(ModelError, match="11 label ids and 11 names for a final model of 12 labels"):
         model.with_final_model(model.final, IDS[:11], names[:11])
+
+
+def test_scripts_import_only_the_public_names_and_never_edit_sys_path() -> None:
+    """benchmarks/, experiments/ and examples/ reach the package through ``xtransformer`` and
+    ``xtransformer.api`` alone, as a user's script would."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for path in sorted(
+        p for folder in ("benchmarks", "experiments", "examples") for p in (root / folder).rglob("*.py")
+    ):
+        text = path.read_text(encoding="utf-8")
+        if "sys.path" in text:
+            found.append(f"{path.relative_to(root)}: sys.path")
+        for node in ast.walk(ast.parse(text)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            found += [
+                f"{path.relative_to(root)}:{node.lineno} {n}"
+                for n in names
+                if n.startswith("xtransformer.") and n != "xtransformer.api"
+            ]
+    assert not found, found

@@ -30,3 +30,9 @@ def test_no_function_takes_more_than_8_parameters_or_runs_over_60_lines():
     too_many = [f"{where} ({n} parameters)" for where, n, _ in functions if n > MAX_PARAMS]
     too_long = [f"{where} ({lines} lines)" for where, _, lines in functions if lines > MAX_LINES]
     assert not too_many and not too_long, too_many + too_long
+
+
+def test_no_module_runs_over_600_lines():
+    """A module past 600 lines holds more than one concept (``serve/`` was one file of 1,168)."""
+    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, long
