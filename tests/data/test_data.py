@@ -199,6 +199,21 @@ def test_given_feature_rows_are_unit_rows_and_the_input_is_untouched(dtype):
     assert (X != X0).nnz == 0 and X.dtype == dtype
 
 
+def test_given_unit_rows_are_taken_as_they_are():
+    """Rows already l2-normalised in float32 (TF-IDF rows as feature files hold them) are not
+    copied: a model trains on the caller's matrix, as it would on its own TF-IDF rows."""
+    from xtransformer.data.tfidf import given_features
+    from xtransformer.utils.rows import unit_rows
+
+    X = unit_rows(sp.random(40, 25, density=0.3, format="csr", dtype=np.float32, random_state=1))
+    _, rows = given_features(X)
+    assert np.shares_memory(rows.data, X.data) and np.shares_memory(rows.indices, X.indices)  # the same arrays
+    off = X.copy()
+    off.data[:3] *= 1.01  # one row a little off unit length: normalised into a copy, as any other input
+    _, rows = given_features(off)
+    assert not np.shares_memory(rows.data, off.data) and abs(float(rows[0].multiply(rows[0]).sum()) - 1) < 1e-5
+
+
 def test_tfidf_lead_block_is_the_documents_opening_weighted_beside_the_body(toy, tmp_path):
     from sklearn.feature_extraction.text import TfidfVectorizer
 

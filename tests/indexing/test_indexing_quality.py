@@ -52,6 +52,21 @@ def test_figures_by_hand() -> None:
     assert centroid_cosine(orth, np.array([0, 0])) == pytest.approx(1 / np.sqrt(2))
 
 
+@pytest.mark.parametrize("n_features", [300, 300_000])  # a dense K x D grid, and (cluster, feature) pairs
+def test_cluster_sums_in_blocks_are_the_sums_at_once(n_features, monkeypatch) -> None:
+    """The cluster sums taken a block of nonzeros at a time are the one-pass sums to the bit, with
+    the rows scaled to unit length on the fly as when they are scaled first."""
+    from xtransformer.indexing import quality
+
+    X = sp.random(600, n_features, density=min(0.5, 40 / n_features), format="csr", dtype=np.float32, random_state=3)
+    codes = np.random.default_rng(0).integers(0, 150, 600)
+    scale = 1.0 / np.sqrt(np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel())
+    at_once = quality.cluster_sum_sq(sp.csr_matrix(sp.diags(scale) @ X), codes)
+    monkeypatch.setattr(quality, "_BLOCK_NNZ", 997)
+    blocks = quality.cluster_sum_sq(X, codes, scale)
+    assert len(quality._row_blocks(np.diff(X.indptr))) > 10 and np.array_equal(blocks, at_once)
+
+
 def test_random_balanced_codes_keep_sizes() -> None:
     codes = random_balanced_codes(np.array([3, 1, 2]), seed=0)
     np.testing.assert_array_equal(np.bincount(codes), [3, 1, 2])

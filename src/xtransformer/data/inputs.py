@@ -125,12 +125,14 @@ def csr_fingerprint(mat: sp.spmatrix) -> str:
     """sha256 of a sparse matrix's canonical csr form."""
     import hashlib
 
-    m = sp.csr_matrix(mat, copy=True)
-    m.sum_duplicates()
-    m.sort_indices()
+    m = sp.csr_matrix(mat)
+    if not m.has_canonical_format:  # a copy to put in canonical form; a canonical matrix is read as it is
+        m = m.copy()
+        m.sum_duplicates()
+        m.sort_indices()
     h = hashlib.sha256(repr((m.shape, str(m.dtype))).encode())
     for arr in (m.indptr, m.indices, m.data):
-        h.update(np.ascontiguousarray(arr).tobytes())
+        h.update(np.ascontiguousarray(arr))  # its buffer: the same bytes as tobytes(), without a copy
     return h.hexdigest()
 
 

@@ -41,6 +41,7 @@ SETTINGS = "tfidf.json"
 VOCABULARY = "vocabulary.json"
 IDF = "idf.npz"
 LEAD_DIR = "lead"
+UNIT_TOLERANCE = 1e-5  # a given row counts as l2-normalised when its squared norm is this close to 1
 # get_params() entries that are not analyser settings, or that cannot be stored as data
 _SKIP = {"vocabulary", "dtype", "input", "tokenizer", "preprocessor", "analyzer", "stop_words"}
 
@@ -178,6 +179,8 @@ class TfidfFeatures:
             )
         if self.vectorizer is not None:
             return sp.csr_matrix(X, dtype=np.float32)  # already this model's TF-IDF rows
+        if _unit_float32_rows(X):  # TF-IDF rows as most feature files hold them: no copy of a large matrix
+            return sp.csr_matrix(X)
         return normalize(X.astype(np.float32), norm="l2", copy=False).tocsr()  # astype copied: normalise that copy
 
     # ------------------------------------------------------------------ as data
@@ -209,6 +212,16 @@ class TfidfFeatures:
         record = load_record(folder, SETTINGS)
         vec = _load_vectorizer(folder, record) if record["input"] == "text" else None
         return cls(vec, int(record["n_features"]))
+
+
+def _unit_float32_rows(X: sp.spmatrix) -> bool:
+    """Whether ``X`` is float32 csr whose rows have unit l2 norm already (or none: an empty row)."""
+    from xtransformer.utils.rows import row_sq_norms
+
+    if not (isinstance(X, sp.csr_matrix) and X.dtype == np.float32):
+        return False
+    sq = row_sq_norms(X)
+    return bool(np.all((sq == 0) | (np.abs(sq - 1.0) <= UNIT_TOLERANCE)))
 
 
 def given_features(X: sp.spmatrix) -> tuple[TfidfFeatures, sp.csr_matrix]:
