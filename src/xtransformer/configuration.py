@@ -39,6 +39,8 @@ RECORD_GROUPS: dict[str, str] = {
     "cnn": "xtransformer.methods.cnn.CNNConfig",
     "calibration": "xtransformer.calibration.CalibrationConfig",
 }
+# options made in code, by a function that returns the option's record (its docstring says what it is)
+RECIPES: dict[str, str] = {"cnn/xmlcnn": "xtransformer.methods.cnn.config.xmlcnn_recipe"}
 # the groups without a record: Lightning's Trainer kwargs, the loggers, the paths, Hydra's own
 PLAIN_GROUPS = ("trainer", "logger", "paths", "hydra")
 # every config group that is a section of the composed config (train.yaml picks each one's option)
@@ -86,6 +88,12 @@ def register() -> None:
     for group, target in RECORD_GROUPS.items():
         node = {"_target_": target, **defaults_node(record_class(group)())}
         store.store(name=BASE, node=node, group=group, provider="xtransformer")
+    for option, recipe in RECIPES.items():
+        group, _, name = option.partition("/")
+        module, _, function = recipe.rpartition(".")
+        record = getattr(importlib.import_module(module), function)()
+        node = {"_target_": RECORD_GROUPS[group], **defaults_node(record)}
+        store.store(name=name, node=node, group=group, provider="xtransformer")
     for name, node in plugin_method_nodes().items():
         store.store(name=name, node=node, group="method", package="_global_", provider="xtransformer")
 

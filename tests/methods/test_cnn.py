@@ -71,11 +71,12 @@ def test_configs_hold_the_published_recipes():
     assert (xml.filter_widths, xml.feature_maps, xml.pooling_chunks, xml.bottleneck) == ([2, 4, 8], 256, 2, 512)
     assert (xml.dropout, xml.lr, xml.batch_size) == (0.2, 5e-4, 64)
     reuters = {"max_length", "max_epochs", "lr"}  # train.yaml's budget for the default data
-    for method, record in (("kimcnn", kim), ("xmlcnn", xml)):
+    for method, record in (("kimcnn", kim), ("xmlcnn", xml)):  # each recipe written once, in code
         composed = compose_settings(f"method={method}").main.cnn
         for f in dataclasses.fields(record):
             if f.name not in reuters:
                 assert getattr(composed, f.name) == getattr(record, f.name), (method, f.name)
+    assert compose_settings("matcher=xmlcnn").main.cnn.bottleneck == 512  # the option, for X-Transformer's matcher
 
 
 def test_fit_sections_merge_over_the_methods_defaults():

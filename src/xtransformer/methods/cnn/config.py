@@ -102,9 +102,11 @@ class CNNConfig(Settings):
         return self.max_length
 
 
-def _xmlcnn() -> CNNConfig:
-    """XML-CNN's recipe on EUR-Lex (LibMultiLabel's): widths 2 / 4 / 8, 256 maps each, 2 pooled
-    values per map, a 512-wide bottleneck, dropout 0.2, Adam at 5e-4, batches of 64."""
+def xmlcnn_recipe() -> CNNConfig:
+    """XML-CNN (Liu et al., SIGIR 2017) on EUR-Lex, LibMultiLabel's recipe: filters of widths 2 / 4 / 8,
+    256 maps each, dynamic max pooling (2 pooled values per map), a 512-wide bottleneck before the
+    output, dropout 0.2 (and on the word embeddings), Adam at 5e-4, batches of 64; every other field
+    as Kim-CNN's. ``XMLCNN``'s default and the config option ``cnn=xmlcnn`` (``configuration.RECIPES``)."""
     return CNNConfig(
         name="xmlcnn",
         filter_widths=[2, 4, 8],
@@ -129,4 +131,4 @@ class KimCNNSettings(Settings):
 class XMLCNNSettings(Settings):
     """Everything ``XMLCNN.fit`` reads."""
 
-    cnn: CNNConfig = field(default_factory=_xmlcnn)
+    cnn: CNNConfig = field(default_factory=xmlcnn_recipe)
