@@ -23,17 +23,18 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.preprocessing import normalize
 
 from xtransformer.data.errors import DataError
 from xtransformer.model.folder import ModelError, load_record
 from xtransformer.settings import Settings, run_field
 from xtransformer.utils.io import atomic_path, load_csr, save_csr, save_json, settings_key
+
+if TYPE_CHECKING:  # scikit-learn loads when a vectoriser is made or read: the settings record alone needs none
+    from sklearn.feature_extraction.text import TfidfVectorizer
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,8 @@ class TfidfConfig(Settings):
 
 
 def _vectorizer(cfg: TfidfConfig) -> TfidfVectorizer:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     return TfidfVectorizer(
         ngram_range=(1, cfg.ngram_max),
         max_features=cfg.max_features,
@@ -121,6 +124,8 @@ class LeadTfidf:
 
     def stack(self, body: sp.spmatrix, lead: sp.spmatrix) -> sp.csr_matrix:
         both = sp.hstack([body, lead * self.weight], format="csr", dtype=body.dtype)
+        from sklearn.preprocessing import normalize
+
         return normalize(both, norm="l2", copy=False).tocsr()
 
 
@@ -181,6 +186,8 @@ class TfidfFeatures:
             return sp.csr_matrix(X, dtype=np.float32)  # already this model's TF-IDF rows
         if _unit_float32_rows(X):  # TF-IDF rows as most feature files hold them: no copy of a large matrix
             return sp.csr_matrix(X)
+        from sklearn.preprocessing import normalize
+
         return normalize(X.astype(np.float32), norm="l2", copy=False).tocsr()  # astype copied: normalise that copy
 
     # ------------------------------------------------------------------ as data
@@ -328,6 +335,8 @@ def _load_one(folder: Path, record: dict[str, Any]) -> Any:
         raise ModelError(f"{folder}: vocabulary ({len(terms)}) and idf ({len(idf)}) sizes differ")
     settings = dict(record["vectorizer"])
     settings["ngram_range"] = tuple(settings["ngram_range"])
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     vec = TfidfVectorizer(vocabulary={t: i for i, t in enumerate(terms)}, dtype=np.dtype(record["dtype"]), **settings)
     vec.idf_ = idf  # with a fixed vocabulary this is all a fitted vectoriser holds
     return vec
