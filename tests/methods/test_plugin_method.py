@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -38,8 +39,10 @@ def plugin_python(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     inner = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env)
     outer = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
     (Path(inner.stdout.strip()) / "_outer_site_packages.pth").write_text("\n".join(outer) + "\n")
-    # what a user types, without the index (the dependencies are here already)
-    _run([py, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", EXAMPLE], env)
+    # what a user types, without the index (the dependencies are here already), from a copy: a build
+    # leaves its egg-info beside the sources, which would register the method for every test after it
+    source = shutil.copytree(EXAMPLE, root / "plugin_method")
+    _run([py, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", source], env)
     return py, env
 
 
@@ -77,7 +80,7 @@ def test_an_installed_plugin_trains_through_the_run_and_loads_back(plugin_python
     assert out[1].strip() == "['calibration', 'feature_rows'] ['earn', 'acq']"
 
 
-def test_without_the_package_its_folder_fails_in_one_line(plugin_python, tmp_path):
+def test_without_the_package_its_folder_fails_in_one_line(plugin_python, tmp_path, monkeypatch):
     py, env = plugin_python
     folder = tmp_path / "pop"
     code = (
@@ -85,8 +88,9 @@ def test_without_the_package_its_folder_fails_in_one_line(plugin_python, tmp_pat
         "Popularity.fit(['a b', 'c d'], [['x'], ['y']]).save(sys.argv[1])"
     )
     _run([py, "-c", code, folder], env)
-    from xtransformer import XMCModel
+    from xtransformer import XMCModel, methods
     from xtransformer.model import ModelError
 
+    monkeypatch.setattr(methods, "plugin_methods", dict)  # a Python without the package, whatever this one has
     with pytest.raises(ModelError, match=r"unknown model kind 'popularity'; this xtransformer knows .* installed\)$"):
         XMCModel.load(folder)

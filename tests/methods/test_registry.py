@@ -16,6 +16,7 @@ from xtransformer.model import ModelError
 
 @pytest.fixture
 def registered(monkeypatch, tmp_path):
+    monkeypatch.setattr(methods, "plugin_methods", dict)  # as here, whatever packages this Python has
     monkeypatch.setitem(methods.METHODS, "popularity", "xtransformer_popularity:Popularity")  # the one line
     (tmp_path / "configs" / "method").mkdir(parents=True)
     (tmp_path / "configs" / "method" / "popularity.yaml").write_text(  # the one config file
