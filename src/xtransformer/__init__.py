@@ -8,7 +8,8 @@
 Names load on first use: predicting with a linear model imports neither torch nor Lightning.
 """
 
-__version__ = "0.1.0"
+# the one place the version is written: pyproject.toml reads it from here (tool.setuptools.dynamic)
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "XMCModel": "xtransformer.methods.base",

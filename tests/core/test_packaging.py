@@ -1,5 +1,7 @@
-"""A non-editable ``pip install .`` works from any directory: configs shipped inside the package,
-``xmc-train`` runs a job, ``xmc-predict`` predicts from its model folder.
+"""A wheel built once installs without a compiler and works from any directory: configs shipped
+inside the package, the compiled modules the wheel carries, ``xmc-train`` runs a job,
+``xmc-predict`` predicts from its model folder; the sdist carries the sources the modules compile
+from.
 
 The virtual environment reuses the site-packages of the interpreter running the tests for the
 dependencies (no download, no second torch), whether that is a system Python or another virtual
@@ -15,13 +17,33 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
 
+import xtransformer
+
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = ROOT.parent / "shared" / "data"
+# what a build reads: the sources, and what the package's metadata and the sdist carry beside them
+SOURCES = (
+    "pyproject.toml",
+    "setup.py",
+    "MANIFEST.in",
+    "README.md",
+    "LICENSE",
+    "CHANGELOG.md",
+    "CITATION.cff",
+    "src",
+    "configs",
+)
+KERNELS = ("xtransformer/ranker/kernels", "xtransformer/indexing/kmeans_level", "xtransformer/indexing/sparse_sums")
+EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+# no compiler: an install that tried to build anything would fail
+NO_COMPILER = {"CC": "false", "CXX": "false"}
 
 pytestmark = pytest.mark.slow
 
@@ -36,57 +58,56 @@ def _seed_compiled_modules(src: Path) -> None:
     """The checkout's compiled modules (``make install`` built them from these sources), put where
     the wheel's build looks for them: it ships them instead of compiling the same sources again
     (~40 s). A source newer than its module (an edited ``.pyx``) is still compiled."""
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
     lib = src / "build" / f"lib.{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
-    for module in (ROOT / "src").rglob(f"*{suffix}"):
+    for module in (ROOT / "src").rglob(f"*{EXT_SUFFIX}"):
         dest = lib / module.relative_to(ROOT / "src")
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(module, dest)
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    root = tmp_path_factory.mktemp("pkg")
+def sources(tmp_path_factory) -> Path:
+    """A copy of what a build reads (the checkout stays clean: a build writes egg-info beside it)."""
+    src = tmp_path_factory.mktemp("pkg") / "src-copy"
+    src.mkdir()
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(ROOT / name, src / name)
+    return src
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
+@pytest.fixture(scope="module")
+def wheel(sources) -> Path:
+    """``pip wheel . --no-deps``: built once by this interpreter's setuptools, compiled modules inside."""
+    build = sources.parent / "build-tree"
+    shutil.copytree(sources, build)
+    _seed_compiled_modules(build)
+    cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w"]
+    _run([*cmd, str(sources.parent / "dist"), str(build)], cwd=sources.parent, env=_env())
+    return next((sources.parent / "dist").glob("xtransformer-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def installed(wheel) -> tuple[Path, dict[str, str]]:
+    root = wheel.parent.parent
     env_dir = root / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)  # ensurepip: offline
     py = env_dir / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = _env()
     # the dependencies are the ones this interpreter sees (its own site-packages, an outer virtual
     # environment's too): `system_site_packages` would reach the base interpreter's only
     inner = _run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=root, env=env)
     outer = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
     (Path(inner.stdout.strip()) / "_outer_site_packages.pth").write_text("\n".join(outer) + "\n")
     env.update(WANDB_MODE="offline", HF_HUB_OFFLINE="1", PATH=f"{env_dir / 'bin'}:{env.get('PATH', '')}")
-    # a wheel built by this interpreter's setuptools from a copy of the sources (the checkout stays
-    # clean), installed into the venv; dependencies come from the outer site-packages (no download)
-    src = root / "src-copy"
-    src.mkdir()
-    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "src", "configs"):
-        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
-        copy(
-            ROOT / name,
-            src / name,
-            **({"ignore": shutil.ignore_patterns("__pycache__", "*.egg-info")} if (ROOT / name).is_dir() else {}),
-        )
-    _seed_compiled_modules(src)
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(root / "dist"),
-            str(src),
-        ],
-        cwd=root,
-        env=env,
-    )
-    wheel = next((root / "dist").glob("xtransformer-*.whl"))
-    _run([str(py), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)], cwd=root, env=env)
+    # the wheel installs where nothing can be compiled; dependencies come from the outer site-packages
+    _run([str(py), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)], cwd=root, env={**env, **NO_COMPILER})
     return py, env
 
 
@@ -110,6 +131,70 @@ def test_installed_package_is_used_and_ships_its_configs(installed, tmp_path):
     probe = "from xtransformer.pipeline.settings import compose_settings as c; s = c('xrlinear=hard_negatives')"
     probe += "; print(s.methods['xrlinear'].xrlinear.n_trees, s.methods['xrlinear'].xrlinear.model.added_max_iter)"
     assert _run([str(py), "-c", probe], cwd=tmp_path, env=env).stdout.split()[-2:] == ["3", "2"]
+
+
+def test_wheel_ships_the_compiled_modules_license_and_typing_marker(wheel):
+    version = xtransformer.__version__
+    assert wheel.name.startswith(f"xtransformer-{version}-") and not wheel.name.endswith("-none-any.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        metadata = zf.read(f"xtransformer-{version}.dist-info/METADATA").decode()
+    assert {f"{k}{EXT_SUFFIX}" for k in KERNELS} <= names
+    assert not {n for n in names if n.endswith((".pyx", ".cpp"))}  # the sdist's business
+    assert {"xtransformer/py.typed", f"xtransformer-{version}.dist-info/licenses/LICENSE"} <= names
+    assert "License-Expression: Apache-2.0" in metadata and f"\nVersion: {version}\n" in metadata
+    torch = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: torch")]
+    assert torch and "==" not in torch[0]  # a range: the exact torch is the installer's choice
+
+
+# trains a tiny XR-Linear (the compiled solver, scoring and top-k), saves, loads and predicts
+PROBE = """
+import importlib, importlib.metadata as md, json, sys, tempfile
+import xtransformer
+from xtransformer import XMCModel, XRLinear
+topics = ["oil crude opec barrel", "grain wheat corn harvest", "bank rate interest loan",
+          "ship port cargo vessel", "gold metal mine ounce", "car auto vehicle engine"]
+texts = [f"{topics[i % 6]} {topics[(i * 5 + 1) % 6].split()[i % 4]} report {i}" for i in range(120)]
+labels = [[i % 6] for i in range(120)]
+model = XRLinear.fit(texts, labels, tfidf={"min_df": 1})
+folder = tempfile.mkdtemp() + "/model"
+model.save(folder)
+rows = XMCModel.load(folder).predict([topics[j] for j in range(6)], k=2)
+record = {str(f) for f in md.files("xtransformer")}
+modules = {m: importlib.import_module(m.replace("/", ".")).__file__ for m in sys.argv[1:]}
+print(json.dumps({"top": [r["labels"][0] for r in rows], "modules": modules, "record": sorted(record),
+                  "version": [xtransformer.__version__, md.version("xtransformer")]}))
+"""
+
+
+def test_installed_wheel_predicts_with_its_own_compiled_modules(installed, tmp_path):
+    py, env = installed
+    out = _run([str(py), "-c", PROBE, *KERNELS], cwd=tmp_path, env={**env, **NO_COMPILER})
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["top"] == ["0", "1", "2", "3", "4", "5"]  # each topic's own label first, from the loaded folder
+    site = Path(got["modules"][KERNELS[0]]).parents[2]
+    assert site.is_relative_to(py.parents[1]) and site.name == "site-packages"  # the venv's, not the checkout's
+    for name, path in got["modules"].items():
+        assert path == str(site / f"{name}{EXT_SUFFIX}") and f"{name}{EXT_SUFFIX}" in got["record"]
+    assert got["version"] == [xtransformer.__version__] * 2
+
+
+def test_sdist_carries_the_sources_and_compiles_the_modules_from_them(sources, tmp_path):
+    """The sdist holds the ``.pyx`` sources, not the checkout's compiled modules or generated C++; a
+    build from it generates C++ from them and reaches the compiler (none here: one line saying so)."""
+    build_sdist = "import sys; from setuptools import build_meta as b; print(b.build_sdist(sys.argv[1]))"
+    name = _run([sys.executable, "-c", build_sdist, str(tmp_path)], cwd=sources, env=_env()).stdout.split()[-1]
+    with tarfile.open(tmp_path / name) as tf:
+        members = {m.split("/", 1)[1] for m in tf.getnames() if "/" in m}
+        tf.extractall(tmp_path, filter="data")
+    assert {f"src/{k}.pyx" for k in KERNELS} <= members
+    assert {"LICENSE", "CHANGELOG.md", "CITATION.cff", "setup.py", "configs/train.yaml"} <= members
+    assert not {m for m in members if m.endswith((".so", ".cpp"))}
+    unpacked = tmp_path / name.removesuffix(".tar.gz")
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), "."]
+    out = subprocess.run(cmd, cwd=unpacked, env={**_env(), **NO_COMPILER}, capture_output=True, text=True, timeout=600)
+    assert out.returncode != 0 and "needs a working C++ compiler" in out.stdout + out.stderr
+    assert (unpacked / f"src/{KERNELS[0]}.cpp").is_file()  # generated from the .pyx the sdist carries
 
 
 def test_installed_xmc_train_and_predict_from_any_directory(installed, tmp_path):

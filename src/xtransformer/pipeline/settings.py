@@ -96,10 +96,10 @@ class _TopLevel(Settings):
 
     def check(self) -> None:
         if self.baseline is not None:
-            log.warning("`baseline` is now `train_xrlinear` (the old name goes in a later release)")
+            log.warning("`baseline` is now `train_xrlinear` (a later version removes the old name)")
             self.train_xrlinear = self.baseline
         if self.combine_with_baseline != "unset":
-            log.warning("`combine_with_baseline` is now `combine_with_xrlinear` (the old name goes in a later release)")
+            log.warning("`combine_with_baseline` is now `combine_with_xrlinear` (a later version removes the old name)")
             self.combine_with_xrlinear = self.combine_with_baseline
         if self.method not in registry.trainable():
             raise self.bad("method", f"expected one of {list(registry.trainable())} (the config group method=...)")
