@@ -207,10 +207,8 @@ class OursXRTransformer(_Ours):
     def load(self, model_dir: Path, variant: str) -> None:
         from xtransformer.api import XMCModel
 
-        self.model = XMCModel.load(model_dir / {"default": "xrtransformer"}.get(variant, variant))
-        for member in getattr(self.model, "members", [self.model]):  # encode where the run trained (a GPU run: cuda)
-            if hasattr(member, "to"):
-                member.to(self.s.trainer.device)
+        folder = model_dir / {"default": "xrtransformer"}.get(variant, variant)
+        self.model = XMCModel.load(folder, device=self.s.trainer.device)  # where the run trained (a GPU run: cuda)
 
     def predict_texts(self, texts: list[str], X: sp.csr_matrix, k: int, variant: str) -> sp.csr_matrix:
         return self.model.predict_csr(texts, **self.model.overrides_for_k(k, {}))

@@ -55,3 +55,24 @@ def dense_weights(kept, n_cols: int, n_slots: int) -> np.ndarray:
     W = np.zeros((n_cols, n_slots), np.float32)
     W[kept.col, kept.slot] = kept.val
     return W
+
+
+def save_toy_kimcnn(folder: Path) -> Path:
+    """A Kim-CNN folder with random weights over the toy task's labels (the tiny BERT's tokenizer):
+    a model with a network, for what only such a model does (``--device``)."""
+    import torch
+    from tiny_models import tiny_model_dir
+    from transformers import AutoTokenizer
+
+    from xtransformer.methods.cnn import CNNConfig, KimCNN
+    from xtransformer.methods.cnn.network import TextCNN
+    from xtransformer.methods.cnn.weights import network_meta
+
+    torch.manual_seed(0)
+    cfg = CNNConfig(filter_widths=[2, 3], feature_maps=8, max_length=32)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir("bert"))
+    labels = labels_record(toy_xmc()[2].shape[0])
+    network = TextCNN((len(tokenizer), 16), len(labels["ids"]), cfg)
+    predict = {"topk": 5, "eval_batch_size": 8, "inference_precision": "32-true"}
+    records = ModelRecords(labels["ids"], labels["names"], predict, {"dataset": "toy"})
+    return KimCNN(records, network, tokenizer, network_meta(cfg, network)).save(folder)

@@ -18,6 +18,7 @@ from typing import Any
 
 from xtransformer.configuration import config_dir
 from xtransformer.errors import UserError
+from xtransformer.utils.hardware import DEVICE_HELP, DEVICES
 
 
 class CLIError(ValueError):
@@ -199,6 +200,7 @@ def predict_main(argv: Sequence[str] | None = None) -> int:
     decisions.add_argument("--max-labels", type=int, default=None, help="labels a document gets at most")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the model's files")
+    p.add_argument("--device", choices=DEVICES, default=None, help=DEVICE_HELP)
     return _one_line_errors("xmc-predict", _predict, p.parse_args(argv))
 
 
@@ -220,7 +222,7 @@ def _predict(args: argparse.Namespace) -> int:
     if args.k < 1 or args.chunk_size < 1:
         raise CLIError("--k and --chunk-size must be >= 1")
     overrides = _parse_overrides(args.overrides) | _decision_flags(args)
-    model = XMCModel.load(args.model, method=args.method, verify=not args.no_verify)
+    model = XMCModel.load(args.model, method=args.method, verify=not args.no_verify, device=args.device)
     settings = model.settings(overrides)  # unknown settings and bad decision values fail before any work
     deciding = model.decides and settings["decision"] != "topk"
     want = max(args.k, 5)  # metrics report up to @5

@@ -55,7 +55,7 @@ def test_missing_model_fails_with_instructions(name: str) -> None:
         with pytest.raises(ModelNotFoundError) as err:
             call(name)
         assert name in str(err.value)
-        assert "matcher.model_name_or_path=/path/to/model" in str(err.value)
+        assert "matcher.model_name_or_path=<local folder>" in str(err.value)
     assert issubclass(ModelNotFoundError, ValueError)
 
 

@@ -1,4 +1,4 @@
-"""Find, build and run pretrained text encoders fully offline.
+"""Find, fetch, build and run pretrained text encoders.
 
 Names understood by :func:`resolve_model`:
 
@@ -8,8 +8,9 @@ Names understood by :func:`resolve_model`:
 - ``tiny:bert`` / ``tiny:roberta`` / ``tiny:xlnet``: a randomly initialised tiny model with a
   tokenizer trained on the fly (tests and quick runs).
 - a local folder holding ``config.json``: itself.
-- any other Hugging Face hub id: its snapshot in the local HF cache, else a clear error (nothing can
-  be downloaded here).
+- any other Hugging Face id: its snapshot in the local HF cache, else downloaded into that cache
+  (config, tokenizer, PyTorch weights); offline (``HF_HUB_OFFLINE=1``, or the Hub unreachable) one
+  line says how to provide it.
 
 Every build writes through :func:`xtransformer.utils.io.atomic_dir`, so concurrent processes (DDP
 ranks) and killed runs never see a half-written model folder. One concept a module: ``lookup``

@@ -54,7 +54,7 @@ def load_encoder(
     corpus: Sequence[str] | None = None,
     device: str | torch.device | None = None,
 ) -> tuple[nn.Module, Any]:
-    """Resolve ``name_or_path`` and load ``(AutoModel, AutoTokenizer)`` from it, offline."""
+    """``(AutoModel, AutoTokenizer)`` from the local folder :func:`resolve_model` finds for ``name_or_path``."""
     from transformers import AutoTokenizer
 
     path = resolve_model(name_or_path, cache_dir=cache_dir, corpus=corpus)

@@ -199,7 +199,7 @@ def topb_recall(topb: sp.csr_matrix, targets: sp.csr_matrix) -> float:
 
 
 def check_model(cfg: MatcherConfig) -> None:
-    """Fail before any data work when the encoder cannot be found offline."""
+    """Fail before any data work when the encoder cannot be found or fetched."""
     check_model_available(cfg.model_name_or_path, cfg.cache_dir)
 
 

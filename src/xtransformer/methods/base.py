@@ -53,6 +53,7 @@ from xtransformer.model.folder import (
     write_manifest,
 )
 from xtransformer.settings import Settings
+from xtransformer.utils.hardware import check_device
 from xtransformer.utils.io import atomic_dir, save_json, text_digests
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class XMCModel(Calibrates):
         self.zero_shot: Any = None  # a ZeroShot (methods/zeroshot.py): labels without documents scored from text
         self.calibration: Calibration | None = None  # scores -> probabilities, per-label thresholds
         self.training_run = TrainingRun()
+        self.device = "cpu"  # where its networks predict (to); a model without one predicts on the CPU
 
     @property
     def abilities(self) -> frozenset[Ability]:
@@ -413,10 +415,20 @@ class XMCModel(Calibrates):
         """Write the components into ``tmp`` (to become ``folder``); return the manifest's record."""
         raise NotImplementedError
 
+    def to(self, device: str) -> XMCModel:
+        """Predict on ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``: a GPU when one is visible);
+        this model, moved. Only networks move (an encoder, a CNN): a model without one predicts on the
+        CPU whatever is asked, and imports no torch for it."""
+        check_device(device)
+        return self
+
     @classmethod
-    def load(cls, path: str | os.PathLike, method: str | None = None, verify: bool = True) -> XMCModel:
+    def load(
+        cls, path: str | os.PathLike, method: str | None = None, verify: bool = True, device: str | None = None
+    ) -> XMCModel:
         """Load a method folder, or the ``method`` (default: the main one) of a run's ``model/``
-        folder (or of the run folder itself). ``verify`` checks every file's sha256 first."""
+        folder (or of the run folder itself). ``verify`` checks every file's sha256 first; ``device``
+        (None: the CPU) is where its networks predict (:meth:`to`)."""
         from xtransformer.methods import method_class
 
         folder = resolve_folder(Path(path), method)
@@ -441,7 +453,7 @@ class XMCModel(Calibrates):
         if "calibration" in manifest["components"]:
             model.calibration = Calibration.load(folder / manifest["components"]["calibration"])
         model.folder, model.manifest = folder, manifest
-        return model
+        return model if device is None else model.to(device)
 
     @classmethod
     def _load(cls, folder: Path, components: dict[str, Any], records: ModelRecords, verify: bool) -> XMCModel:

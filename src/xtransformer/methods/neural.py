@@ -27,6 +27,7 @@ from xtransformer.matcher.inference import EncodeOptions, LoadedMatcher
 from xtransformer.matcher.train import inference_precision, tiny_corpus
 from xtransformer.methods.abilities import AddsLabels, ScoresZeroShot
 from xtransformer.methods.base import ModelRecords, XMCModel
+from xtransformer.utils.hardware import predict_device
 from xtransformer.utils.io import load_csr, load_json, save_csr, save_json, save_npy, settings_key
 from xtransformer.utils.rows import unit_rows
 
@@ -58,7 +59,6 @@ class NeuralModel(AddsLabels, ScoresZeroShot, XMCModel):
         self.tfidf = tfidf
         self.matcher = matcher
         self.features = features  # how the embeddings the rankers read were made: part of the model
-        self.device = "cpu"
 
     @classmethod
     def _check(cls, data: LabeledData, s: Any) -> None:
@@ -77,9 +77,9 @@ class NeuralModel(AddsLabels, ScoresZeroShot, XMCModel):
         return TreeInputs(ctx.matcher_settings(s.matcher), tfidf, X, chain)
 
     def to(self, device: str) -> NeuralModel:
-        """Encode on ``device`` ("cpu", "cuda")."""
-        self.matcher.to(device)
-        self.device = str(device)
+        """Encode on ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``); the rankers stay on the CPU."""
+        self.device = predict_device(device)
+        self.matcher.to(self.device)
         return self
 
     def embed(

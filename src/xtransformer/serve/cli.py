@@ -18,6 +18,7 @@ from xtransformer.serve.app import create_app
 from xtransformer.serve.auth import read_api_keys
 from xtransformer.serve.limits import Limits
 from xtransformer.serve.state import ServerState
+from xtransformer.utils.hardware import DEVICE_HELP, DEVICES
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -104,6 +105,7 @@ def parser() -> argparse.ArgumentParser:
         help="seconds from arrival to answer; a request still waiting then gets 504",
     )
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the model's files")
+    p.add_argument("--device", choices=DEVICES, default=None, help=f"{DEVICE_HELP}; a GPU takes --workers 1")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
@@ -116,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options = ServeOptions.from_args(args)
         model = load_served_model(args)
+        check_workers_device(options, model)
     except ValueError as e:
         print(f"xmc-serve: error: {e}", file=sys.stderr)
         return 2
@@ -132,11 +135,19 @@ def load_served_model(args: argparse.Namespace) -> Any:
     from xtransformer.model import XMCModel
 
     try:
-        return XMCModel.load(args.model, method=args.method, verify=not args.no_verify)
+        return XMCModel.load(args.model, method=args.method, verify=not args.no_verify, device=args.device)
     except (ValueError, OSError) as e:
         raise ValueError(str(e)) from None
     except Exception as e:
         raise ValueError(f"{args.model}: cannot load the model ({type(e).__name__}: {e})") from None
+
+
+def check_workers_device(options: ServeOptions, model: Any) -> None:
+    """Worker processes are forked after loading, and a forked process cannot use the CUDA context of
+    its parent: a model on a GPU is served by one model thread."""
+    device = getattr(model, "device", "cpu")
+    if options.workers > 1 and device != "cpu":
+        raise ValueError(f"--workers {options.workers}: the model predicts on {device}, which only --workers 1 can use")
 
 
 def serve_model(model: Any, options: ServeOptions) -> int:

@@ -1,4 +1,5 @@
-"""Whether the hardware computes bf16 natively, and the precision ``trainer.precision=auto`` picks.
+"""Whether the hardware computes bf16 natively, the precision ``trainer.precision=auto`` picks, and
+the device a loaded model predicts on (``--device``: :func:`predict_device`).
 
 bf16 autocast pays off only where the hardware multiplies bf16 itself: a CUDA GPU that supports it,
 or a CPU with AMX-BF16 or AVX512-BF16. On any other CPU, PyTorch emulates it: on a 2-core AVX2
@@ -13,9 +14,20 @@ import functools
 import logging
 import os
 
+from xtransformer.errors import UserError
+
 log = logging.getLogger(__name__)
 
 AUTO = "auto"
+DEVICES = ("cpu", "cuda", AUTO)  # --device; the API also takes cuda:N
+DEVICE_HELP = (
+    "where the model's networks (encoder, CNN) predict: cpu (default), cuda (a GPU) or auto (cuda when "
+    "a GPU is visible, else cpu); the linear stages always run on the CPU"
+)
+
+
+class DeviceError(UserError):
+    """A device that is not there (``--device cuda`` on a machine without a GPU); the message names it."""
 
 
 @functools.cache
@@ -78,3 +90,30 @@ def warn_emulated_bf16(precision: str, key: str) -> None:
             key,
             "auto" if key == "trainer.precision" else "32-true",
         )
+
+
+def check_device(device: str) -> str:
+    """``device`` if it is ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (checked without torch)."""
+    name = str(device).strip().lower()
+    kind, _, index = name.partition(":")
+    if name in DEVICES or (kind == "cuda" and index.isdigit()):
+        return name
+    raise DeviceError(f"device {device!r}: expected one of {list(DEVICES)} or cuda:N")
+
+
+def predict_device(device: str) -> str:
+    """The torch device a model's networks predict on: ``auto`` is ``cuda`` when a GPU is visible, else
+    ``cpu``; a GPU that is not visible fails in one line naming what is."""
+    import torch
+
+    name = check_device(device)
+    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if name == AUTO:
+        return "cuda" if n_gpus else "cpu"
+    index = int(name.partition(":")[2] or 0)
+    if name.startswith("cuda") and index >= n_gpus:
+        build = "" if torch.version.cuda else ", a build without CUDA"
+        seen = f"{n_gpus} CUDA GPU(s) visible" if n_gpus else "no CUDA GPU is visible"
+        available = ", ".join(["cpu", *(f"cuda:{i}" for i in range(n_gpus))])
+        raise DeviceError(f"device {name!r}: {seen} to torch {torch.__version__}{build}; available: {available}")
+    return name

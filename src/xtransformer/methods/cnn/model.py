@@ -19,6 +19,7 @@ from xtransformer.methods.base import ModelRecords, XMCModel
 from xtransformer.methods.cnn.config import KimCNNSettings, XMLCNNSettings
 from xtransformer.methods.cnn.network import TextCNN, run_batches
 from xtransformer.methods.cnn.weights import NETWORK_DIR, load_network, save_network
+from xtransformer.utils.hardware import predict_device
 from xtransformer.utils.io import load_json, settings_key
 
 
@@ -32,7 +33,6 @@ class CNNModel(XMCModel):
         self.network = network.eval()
         self.tokenizer = tokenizer
         self.meta = meta  # how texts become tokens, the network's shape, what training did
-        self.device = "cpu"
 
     # ------------------------------------------------------------------ training
     @classmethod
@@ -67,9 +67,9 @@ class CNNModel(XMCModel):
         return model
 
     def to(self, device: str) -> CNNModel:
-        """Predict on ``device`` ("cpu", "cuda")."""
-        self.network.to(device)
-        self.device = str(device)
+        """Predict on ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``)."""
+        self.device = predict_device(device)
+        self.network.to(self.device)
         return self
 
     # ------------------------------------------------------------------ prediction

@@ -80,6 +80,7 @@ class Combination(AddsLabels, ScoresZeroShot, ReadsFeatureRows, XMCModel):
         )
         super().__init__(records)
         self.members = list(members)
+        self.device = networks_device(self.members)
         known = [m.training_run.documents for m in self.members if m.training_run.documents is not None]
         self.training_run.documents = np.unique(np.concatenate(known)) if known else None
 
@@ -110,6 +111,13 @@ class Combination(AddsLabels, ScoresZeroShot, ReadsFeatureRows, XMCModel):
         return cls(members, s.method, s.weights, s.topk) if members else None
 
     # ------------------------------------------------------------------ prediction
+    def to(self, device: str) -> Combination:
+        """Every member on ``device``, each as it can (a linear member stays on the CPU)."""
+        for member in self.members:
+            member.to(device)
+        self.device = networks_device(self.members)
+        return self
+
     def combine(self, predictions: Sequence[sp.csr_matrix], **overrides: Any) -> sp.csr_matrix:
         """The members' score matrices (in member order) combined as this model predicts."""
         settings = self.settings(overrides)
@@ -182,3 +190,8 @@ class Combination(AddsLabels, ScoresZeroShot, ReadsFeatureRows, XMCModel):
         out.train_settings = records.train
         out.predict_settings = {**out.predict_settings, **p}  # and a calibrated one's decision settings
         return out
+
+
+def networks_device(members: Sequence[XMCModel]) -> str:
+    """Where a combination's networks predict: its first member's off the CPU, else the CPU."""
+    return next((m.device for m in members if m.device != "cpu"), "cpu")
