@@ -15,7 +15,8 @@ The groups:
   training stage, encoding, the CNN network, the learning-rate schedule every fine-tuning uses;
 - **rankers**: the hierarchical linear model (one tree, or a forest) and the solver beneath it;
 - **methods and model folders**: the method classes (``fit`` / ``predict`` / ``save`` /
-  ``XMCModel.load``), the training context, the final model's feature rows, a run's rows;
+  ``XMCModel.load``), the training context, the final model's feature rows, a run's rows, a model
+  folder (or a run's models) pushed to the Hugging Face Hub;
 - **writing a method**: what a method of another package builds on (``examples/plugin_method``):
   the records, the settings fields, the abilities a method declares by its bases;
 - **metrics, calibration and ensembles**: P@k and its kin, per-document hits, label groups,
@@ -98,6 +99,7 @@ _GROUPS: dict[str, dict[str, str]] = {  # group -> {name: module, or "module:att
         "Combination": "xtransformer.methods.combination",
         "FinalModelConfig": "xtransformer.methods.xrtransformer.config",
         "KimCNN": "xtransformer.methods.cnn.model",
+        "PushOptions": "xtransformer.model.hub",
         "RunRows": "xtransformer.methods.reuse",
         "TrainContext": "xtransformer.context",
         "TrainerConfig": "xtransformer.context",
@@ -108,6 +110,7 @@ _GROUPS: dict[str, dict[str, str]] = {  # group -> {name: module, or "module:att
         "XTransformer": "xtransformer.methods.xtransformer",
         "final_features": "xtransformer.methods.xrtransformer.features",
         "method_class": "xtransformer.methods",
+        "push_folder": "xtransformer.model.hub",
         "tfidf_rows": "xtransformer.methods.reuse",
     },
     "writing a method": {

@@ -1,4 +1,4 @@
-"""Command-line entry points: ``python -m xtransformer {train,predict,serve,add-labels,ensemble}`` and
+"""Command-line entry points: ``python -m xtransformer {train,predict,serve,add-labels,ensemble,push}`` and
 the console scripts ``xmc-train``, ``xmc-predict``, ``xmc-serve``, ``xmc-add-labels``.
 
 Only ``train`` imports Hydra / Lightning: predicting with a linear model must stay light.
@@ -158,7 +158,7 @@ def predict_main(argv: Sequence[str] | None = None) -> int:
         "--model",
         required=True,
         help="a method folder (run/model/<method>), a run's model/ folder "
-        "or a run folder (then --method, default the run's main method)",
+        "or a run folder (then --method, default the run's main method), or hf://owner/name[@revision][/subfolder]",
     )
     p.add_argument("--method", default=None, help="xrlinear | xtransformer | xtransformer+xrlinear | ...")
     p.add_argument("--input", required=True, help="texts, one document a line ('-' reads stdin)")
@@ -306,7 +306,7 @@ def add_labels_main(argv: Sequence[str] | None = None) -> int:
         "tree and its ranker trained against the documents given (or those of its leaves); a new model folder "
         "is written and the old one left as it is (old labels score exactly as before).",
     )
-    p.add_argument("--model", required=True, help="a method folder, a run's model/ folder or a run folder")
+    p.add_argument("--model", required=True, help="a method folder, a run's model/ folder, a run folder or hf://...")
     p.add_argument("--method", default=None, help="which model of a run (default: its main method)")
     p.add_argument(
         "--data", required=True, help="a data folder: {split}_texts.txt, {split}_labels.txt[, label_text.txt]"
@@ -398,6 +398,13 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     return main(argv)
 
 
+# ---------------------------------------------------------------------------------------------- push
+def push_main(argv: Sequence[str] | None = None) -> int:
+    from xtransformer.model.hub import push_command, push_parser
+
+    return _one_line_errors("xmc-push", push_command, push_parser().parse_args(argv))
+
+
 # ---------------------------------------------------------------------------------------------- dispatch
 COMMANDS = {
     "train": "train a model (Hydra: xmc-train key=value ...; --help lists the options)",
@@ -405,6 +412,7 @@ COMMANDS = {
     "serve": "serve a saved model folder over HTTP (FastAPI)",
     "add-labels": "add labels to a saved model folder, writing a new one",
     "ensemble": "combine the predictions of several finished runs",
+    "push": "upload a model folder or a run's models to the Hugging Face Hub",
 }
 
 
@@ -429,6 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_main(rest)
     if command == "add-labels":
         return add_labels_main(rest)
+    if command == "push":
+        return push_main(rest)
     from xtransformer.ensemble import main as ensemble_main
 
     return ensemble_main(rest)

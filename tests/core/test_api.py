@@ -151,3 +151,23 @@ def test_scripts_import_only_the_public_names_and_never_edit_sys_path() -> None:
                 if n.startswith("xtransformer.") and n != "xtransformer.api"
             ]
     assert not found, found
+
+
+def test_push_folder_hands_the_staged_folder_and_its_options_to_the_one_upload(tmp_path, monkeypatch) -> None:
+    from model_helpers import save_toy_xrlinear
+
+    from xtransformer.model import hub
+
+    folder, _ = save_toy_xrlinear(tmp_path / "xrlinear")
+    seen = {}
+
+    def upload(root, repo_id, options, message):
+        seen.update(repo=repo_id, options=options, card=(root / "README.md").is_file(), model=(root / "manifest.json"))
+        return "https://huggingface.co/owner/toy/commit/1"
+
+    monkeypatch.setattr(hub, "upload", upload)
+    options = api.PushOptions(private=True, license="mit")
+    assert api.push_folder(folder, "owner/toy", options) == "https://huggingface.co/owner/toy/commit/1"
+    assert seen["repo"] == "owner/toy" and seen["options"] is options and seen["card"]
+    assert not seen["model"].exists()  # the staged copy is gone once the push is done; the folder stays
+    assert (folder / "manifest.json").is_file() and not (folder / "README.md").exists()

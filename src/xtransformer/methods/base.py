@@ -43,10 +43,12 @@ from xtransformer.methods.reuse import documents_stage, stage_record
 from xtransformer.methods.zeroshot import SETTINGS as ZERO_SHOT_SETTINGS
 from xtransformer.methods.zeroshot import ZERO_SHOT_DIR, ZeroShot, zero_shot_bounds
 from xtransformer.model.folder import (
+    INDEX,
     LABELS,
     PREDICT_SETTINGS,
     TRAIN_SETTINGS,
     ModelError,
+    index_folder,
     load_record,
     read_manifest,
     scrub,
@@ -58,7 +60,6 @@ from xtransformer.utils.io import atomic_dir, save_json, text_digests
 
 log = logging.getLogger(__name__)
 
-INDEX = "models.json"  # in a run's model/ folder: the methods it holds and the main one
 CALIBRATION_DIR = "calibration"
 
 
@@ -422,16 +423,36 @@ class XMCModel(Calibrates):
         check_device(device)
         return self
 
+    def push_to_hub(
+        self,
+        repo_id: str,
+        private: bool | None = None,
+        revision: str | None = None,
+        commit_message: str | None = None,
+        token: str | None = None,
+        license: str | None = None,
+    ) -> str:
+        """Upload the model to the Hugging Face Hub repository ``repo_id`` (created when missing) with
+        a generated model card; returns the commit's URL. Its own folder when it is what that folder
+        holds (its run's metrics then come along), else a fresh save. ``XMCModel.load("hf://repo_id")``
+        reads it back (``model/hub.py``)."""
+        from xtransformer.model.hub import PushOptions, push_model
+
+        return push_model(self, repo_id, PushOptions(private, revision, commit_message, token, license))
+
     @classmethod
     def load(
         cls, path: str | os.PathLike, method: str | None = None, verify: bool = True, device: str | None = None
     ) -> XMCModel:
         """Load a method folder, or the ``method`` (default: the main one) of a run's ``model/``
         folder (or of the run folder itself). ``verify`` checks every file's sha256 first; ``device``
-        (None: the CPU) is where its networks predict (:meth:`to`)."""
+        (None: the CPU) is where its networks predict (:meth:`to`).
+        ``hf://owner/name[@revision][/subfolder]``: a Hugging Face Hub repository, read through the
+        Hub's cache and checked the same way (``model/hub.py``)."""
         from xtransformer.methods import method_class
+        from xtransformer.model.hub import local_folder
 
-        folder = resolve_folder(Path(path), method)
+        folder = resolve_folder(local_folder(path), method)
         manifest = read_manifest(folder, verify=verify)
         kind = manifest["components"]["kind"]
         target = method_class(kind, where=folder)
@@ -466,14 +487,13 @@ class XMCModel(Calibrates):
 
 def resolve_folder(path: Path, method: str | None) -> Path:
     """A method folder from a method folder, a run's model/ folder or a run folder."""
-    if (path / "model" / INDEX).is_file() and not (path / INDEX).is_file():
-        path = path / "model"
-    if (path / INDEX).is_file():
-        index = load_record(path, INDEX)
+    models = index_folder(path)
+    if models is not None:
+        index = load_record(models, INDEX)
         name = method or index["main"]
         if name not in index["methods"]:
-            raise ModelError(f"{path}: no {name!r} model; it holds {index['methods']}")
-        return path / name
+            raise ModelError(f"{models}: no {name!r} model; it holds {index['methods']}")
+        return models / name
     if method is not None and (path / method).is_dir():
         return path / method
     return path

@@ -1,4 +1,5 @@
-"""The portable model folder: its manifest, checksums and format version (``folder.py``).
+"""The portable model folder: its manifest, checksums and format version (``folder.py``), and the
+folder on the Hugging Face Hub: ``hf://`` addresses, pushes and the model card (``hub.py``, ``card.py``).
 
 ``XMCModel`` (``xtransformer.methods.base``) writes and reads these folders; it is re-exported
 here and at the package's top level for ``from xtransformer.model import XMCModel``.

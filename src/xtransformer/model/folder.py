@@ -23,8 +23,11 @@ MANIFEST = "manifest.json"
 TRAIN_SETTINGS = "train_settings.json"
 PREDICT_SETTINGS = "predict_settings.json"
 LABELS = "labels.json"
+INDEX = "models.json"  # in a run's model/ folder: the methods it holds and the main one
 # settings that would point into this machine's cache or checkout: meaningless in a portable folder
 LOCAL_KEYS = frozenset({"cache_dir", "base_model", "output_dir", "log_dir", "root_dir"})
+# what the Hugging Face Hub keeps at a repository's root beside the folder (model/hub.py writes the card)
+HUB_ROOT_FILES = frozenset({"README.md", ".gitattributes"})
 
 
 class ModelError(ValueError):
@@ -70,9 +73,10 @@ def write_manifest(folder: Path, method: str, components: dict[str, Any]) -> dic
 def read_manifest(folder: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
     """The manifest of ``folder``, after checking everything that can be checked before any weights
     are read: format and version, that no listed file (or any symlink in the folder) leads outside
-    it, that every member of a combination is there and passes the same checks, and (``verify``)
-    every checksum, with no file in the folder left unlisted. Each refusal is one line naming the
-    file at fault (:class:`ModelError`)."""
+    it (a Hugging Face cache snapshot's links into its repository's blobs aside), that every member
+    of a combination is there and passes the same checks, and (``verify``) every checksum, with no
+    file in the folder left unlisted (the Hub's own files at a snapshot's root aside). Each refusal
+    is one line naming the file at fault (:class:`ModelError`)."""
     return _read_manifest(Path(folder), verify, ())
 
 
@@ -105,17 +109,31 @@ def _read_manifest(folder: Path, verify: bool, parents: tuple[Path, ...]) -> dic
     if not isinstance(components, dict) or not isinstance(components.get("kind"), str):
         raise ModelError(f"{path}: corrupt manifest (components must name the model kind)")
     root = folder.resolve()
+    store = hub_blobs(root)
+    within = (root,) if store is None else (root, store)
     for rel in files:
-        _check_inside(folder, root, rel, path)
-    _check_symlinks(folder, root)
+        _check_inside(folder, within, rel, path)
+    _check_symlinks(folder, within)
     if components["kind"] == "ensemble":
         _check_members(folder, root, components.get("members"), path, verify, (*parents, root))
     if verify:
-        _verify_files(folder, root, files, raw)
+        hub_files = HUB_ROOT_FILES if store is not None and root.parent.name == "snapshots" else frozenset()
+        _verify_files(folder, root, files, raw, hub_files)
     return manifest
 
 
-def _check_inside(folder: Path, root: Path, rel: str, manifest: Path) -> None:
+def hub_blobs(root: Path) -> Path | None:
+    """The ``blobs/`` folder of the Hugging Face cache repository whose snapshot holds ``root``
+    (``<cache>/models--owner--name/snapshots/<commit>/...``, every file a link into it), else None:
+    where a folder's symlinks may lead besides the folder itself."""
+    for snapshot in (root, *root.parents):
+        if snapshot.parent.name == "snapshots" and snapshot.parent.parent.name.startswith("models--"):
+            blobs = snapshot.parent.parent / "blobs"
+            return blobs.resolve() if blobs.is_dir() else None
+    return None
+
+
+def _check_inside(folder: Path, within: tuple[Path, ...], rel: str, manifest: Path) -> None:
     """A listed path must name a file inside the folder: relative, no '..', no symlink out of it."""
     pure = PurePosixPath(rel)
     if not rel or pure.is_absolute() or PureWindowsPath(rel).is_absolute() or PureWindowsPath(rel).drive:
@@ -123,18 +141,19 @@ def _check_inside(folder: Path, root: Path, rel: str, manifest: Path) -> None:
     if ".." in pure.parts or ".." in PureWindowsPath(rel).parts:
         raise ModelError(f"{manifest}: lists {rel!r}, which leaves the model folder ('..'); refusing it")
     target = (folder / rel).resolve()
-    if not target.is_relative_to(root):
+    if not any(target.is_relative_to(place) for place in within):
         raise ModelError(f"{folder / rel}: a symlink leading outside the model folder (to {target}); refusing it")
 
 
-def _check_symlinks(folder: Path, root: Path) -> None:
-    """No symlink anywhere in the folder (listed or not, file or directory) may lead outside it."""
+def _check_symlinks(folder: Path, within: tuple[Path, ...]) -> None:
+    """No symlink anywhere in the folder (listed or not, file or directory) may lead outside it (or,
+    in a Hugging Face cache snapshot, outside its repository's blobs)."""
     for dirpath, dirnames, filenames in os.walk(folder):
         for name in (*dirnames, *filenames):
             p = Path(dirpath) / name
             if p.is_symlink():
                 target = p.resolve()
-                if not target.is_relative_to(root):
+                if not any(target.is_relative_to(place) for place in within):
                     raise ModelError(f"{p}: a symlink leading outside the model folder (to {target}); refusing it")
 
 
@@ -168,9 +187,11 @@ def _check_members(
 _VERIFIED: dict[Path, tuple[str, tuple[tuple[str, int, int, int], ...]]] = {}
 
 
-def _verify_files(folder: Path, root: Path, files: dict[str, str], manifest_bytes: bytes) -> None:
+def _verify_files(
+    folder: Path, root: Path, files: dict[str, str], manifest_bytes: bytes, hub_files: frozenset[str]
+) -> None:
     # the folder's own checksum record and completion marker are written after the manifest
-    unlisted = sorted(set(_listed_files(folder)) - set(files) - {CHECKSUMS})
+    unlisted = sorted(set(_listed_files(folder)) - set(files) - {CHECKSUMS} - hub_files)
     if unlisted:
         raise ModelError(
             f"{folder / unlisted[0]}: not listed in {MANIFEST} (a file added after the folder was "
@@ -193,6 +214,14 @@ def _verify_files(folder: Path, root: Path, files: dict[str, str], manifest_byte
     if len(_VERIFIED) >= 64:
         _VERIFIED.clear()
     _VERIFIED[root] = signature
+
+
+def index_folder(path: Path) -> Path | None:
+    """The run's ``model/`` folder (``models.json`` beside a folder per method) that ``path`` names:
+    that folder itself, or a run folder holding it; None for anything else."""
+    if (path / "model" / INDEX).is_file() and not (path / INDEX).is_file():
+        path = path / "model"
+    return path if (path / INDEX).is_file() else None
 
 
 def scrub(obj: Any) -> Any:

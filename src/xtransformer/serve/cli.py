@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
         description="Serve a saved model folder over HTTP: POST /predict, "
         "a page to try it at /, GET /health, /ready, /metrics, /labels, docs at /docs.",
     )
-    p.add_argument("--model", required=True, help="a method folder, a run's model/ folder or a run folder")
+    p.add_argument("--model", required=True, help="a method folder, a run's model/ folder, a run folder or hf://...")
     p.add_argument("--method", default=None, help="which method of a run's model/ folder (default: the main one)")
     p.add_argument(
         "--host",

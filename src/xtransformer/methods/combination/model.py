@@ -174,11 +174,13 @@ class Combination(AddsLabels, ScoresZeroShot, ReadsFeatureRows, XMCModel):
 
     # ------------------------------------------------------------------ folders
     def _save_components(self, tmp: Path, folder: Path) -> dict[str, Any]:
-        refs = []
-        for member in self.members:
+        refs: list[str] = []
+        for i, member in enumerate(self.members):
             if member.folder is None:  # not saved yet: it goes inside the combination's folder
-                member.save(tmp / "members" / member.method)
-                member.folder = folder / "members" / member.method
+                name = f"members/{member.method}"
+                name = f"{name}-{i}" if name in refs else name  # two members of one method: two folders
+                member.save(tmp / name)
+                member.folder = folder / name
             refs.append(Path(os.path.relpath(member.folder, folder)).as_posix())
         return {"kind": self.kind, "members": refs}
 
