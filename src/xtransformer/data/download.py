@@ -164,6 +164,8 @@ def install(e: DatasetEntry, archive: Path, target: Path, progress: Progress) ->
             catalog.check_sizes(e, docs, n_labels)
     except DataError as err:  # name the archive, not the scratch folder it was unpacked into
         raise DataError(re.sub(r"\S*/\.[^/\s]+\.tmp/?", f"{archive}:", str(err))) from None
+    except OSError as err:
+        raise DataError(f"cannot unpack into {target.parent}: {err.strerror}; choose another --dir") from None
 
 
 def get(
