@@ -94,7 +94,7 @@ def read_matrix(path: Path, shape: tuple[int, int] | None = None) -> sp.csr_matr
     if not path.is_file():
         raise DataError("file not found", path)
     try:
-        M = sp.load_npz(path).tocsr().astype(np.float32)
+        M = sp.load_npz(path).tocsr().astype(np.float32, copy=False)
     except (OSError, ValueError, KeyError) as err:
         raise DataError(f"not a sparse matrix saved with scipy.sparse.save_npz ({err})", path) from None
     if shape is not None and any(want not in (-1, got) for want, got in zip(shape, M.shape)):
