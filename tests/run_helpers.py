@@ -109,3 +109,27 @@ def write_ensemble(folder: Path, members: list[Path], p1: float, relative: bool 
     doc.update(extra)
     (folder / "metrics.json").write_text(json.dumps(doc))
     return folder
+
+
+TOY_LABEL_NAMES = [f"label {j}" for j in range(12)]
+
+
+def write_xmc_base_toy(folder: Path, names: bool = True) -> Path:
+    """The toy task (``tiny_models.toy_xmc``) in the xmc-base layout: its train + dev documents as
+    train (128), its test (32), 12 labels, and the suite's TF-IDF as the given rows."""
+    import scipy.sparse as sp
+    from tiny_models import toy_xmc
+
+    from xtransformer.data.tfidf import TfidfConfig, TfidfFeatures
+    from xtransformer.data.xmcbase import write_xmc_base
+
+    texts, Y, _ = toy_xmc()
+    train_texts, train_Y = texts["train"] + texts["dev"], sp.vstack([Y["train"], Y["dev"]], format="csr")
+    features, X = TfidfFeatures.fit(train_texts, TfidfConfig(min_df=1))
+    return write_xmc_base(
+        folder,
+        texts={"train": train_texts, "test": texts["test"]},
+        Y={"train": train_Y, "test": Y["test"]},
+        label_names=TOY_LABEL_NAMES if names else None,
+        tfidf={"train": X, "test": features.from_texts(texts["test"])},
+    )

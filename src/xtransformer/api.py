@@ -42,10 +42,12 @@ _GROUPS: dict[str, dict[str, str]] = {  # group -> {name: module, or "module:att
         "TfidfFeatures": "xtransformer.data.tfidf",
         "held_out_rows": "xtransformer.data.dataset",
         "load_dataset": "xtransformer.data.dataset",
+        "read_folder": "xtransformer.data.dataset",
         "resolve_dataset_dir": "xtransformer.data.dataset",
         "tfidf_features": "xtransformer.data.tfidf",
         "unit_rows": "xtransformer.utils.rows",
         "write_xc_sparse": "xtransformer.data.readers",
+        "write_xmc_base": "xtransformer.data.xmcbase",
     },
     "indexing": {
         "IndexingConfig": "xtransformer.indexing.config",

@@ -1,5 +1,6 @@
-"""Command-line entry points: ``python -m xtransformer {train,predict,serve,add-labels,ensemble,push}`` and
-the console scripts ``xmc-train``, ``xmc-predict``, ``xmc-serve``, ``xmc-add-labels``.
+"""Command-line entry points: ``python -m xtransformer {train,predict,serve,add-labels,data,ensemble,push}``
+and the console scripts ``xmc-train``, ``xmc-predict``, ``xmc-serve``, ``xmc-add-labels`` (``xmc-data``:
+``data/command.py``).
 
 Only ``train`` imports Hydra / Lightning: predicting with a linear model must stay light.
 """
@@ -411,6 +412,7 @@ COMMANDS = {
     "predict": "predict labels for a text file with a saved model folder",
     "serve": "serve a saved model folder over HTTP (FastAPI)",
     "add-labels": "add labels to a saved model folder, writing a new one",
+    "data": "list the named datasets, or download one (xmc-data get NAME)",
     "ensemble": "combine the predictions of several finished runs",
     "push": "upload a model folder or a run's models to the Hugging Face Hub",
 }
@@ -439,6 +441,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return add_labels_main(rest)
     if command == "push":
         return push_main(rest)
+    if command == "data":
+        from xtransformer.data.command import main as data_main
+
+        return data_main(rest)
     from xtransformer.ensemble import main as ensemble_main
 
     return ensemble_main(rest)

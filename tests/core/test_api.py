@@ -171,3 +171,17 @@ def test_push_folder_hands_the_staged_folder_and_its_options_to_the_one_upload(t
     assert seen["repo"] == "owner/toy" and seen["options"] is options and seen["card"]
     assert not seen["model"].exists()  # the staged copy is gone once the push is done; the folder stays
     assert (folder / "manifest.json").is_file() and not (folder / "README.md").exists()
+
+
+def test_write_xmc_base_and_read_folder_give_back_the_files_own_splits(tmp_path) -> None:
+    from xtransformer.api import DataConfig, read_folder, write_xmc_base
+
+    texts, Y, _ = toy_xmc()
+    rows = {s: sp.random(len(texts[s]), 5, density=0.4, format="csr", random_state=0) for s in ("train", "test")}
+    folder = write_xmc_base(tmp_path / "set", {s: texts[s] for s in rows}, {s: Y[s] for s in rows}, IDS, rows)
+    got = read_folder(folder, DataConfig(name="set", path=str(folder)))  # no dev carved: the files' own splits
+    assert sorted(got.splits) == ["test", "train"] and got.label_text == IDS
+    assert got.splits["train"].texts == texts["train"] and (Y["test"] != got.splits["test"].Y).nnz == 0
+    assert got.docs == {"train": (folder / "X.trn.txt", 96), "test": (folder / "X.tst.txt", 32)}
+    with_rows = read_folder(folder, DataConfig(name="set", path=str(folder)), given_tfidf=True)
+    assert with_rows.splits["test"].X.shape == (32, 5)

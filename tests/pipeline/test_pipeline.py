@@ -151,6 +151,26 @@ def test_calibrated_run_holds_documents_out_and_calibrates_every_model(tmp_path)
     assert (tmp_path / "run" / "plots" / "reliability.png").is_file()
 
 
+def test_a_named_dataset_read_from_another_folder_trains_on_its_texts_or_its_given_rows(tmp_path):
+    """data=<name> data.path=<an xmc-base folder>: its sizes are not the entry's (not checked);
+    tfidf=given trains XR-Linear on the folder's own TF-IDF rows, and the records say which."""
+    from run_helpers import write_xmc_base_toy
+
+    from xtransformer.model import XMCModel
+    from xtransformer.pipeline.run import run
+
+    folder = write_xmc_base_toy(tmp_path / "toy")
+    base = ["data=eurlex-4k", f"data.path={folder}", "method=xrlinear", "logger=none"]
+    text = run(compose_run(base, tmp_path / "text"))
+    given = run(compose_run([*base, "tfidf=given"], tmp_path / "given"))
+    assert text["dataset"] == "eurlex-4k" and text["dataset_summary"]["splits"]["test"]["docs"] == 32
+    assert [r["settings"]["train"]["tfidf"]["source"] for r in (text, given)] == ["text", "given"]
+    assert given["stages"]["keys"]["xrlinear"]["tfidf"] != text["stages"]["keys"]["xrlinear"]["tfidf"]
+    assert text["metrics"]["P@1"] > 80 and given["metrics"]["P@1"] > 80
+    model = XMCModel.load(tmp_path / "given" / "run" / "model", "xrlinear")
+    assert not model.takes_texts  # a model of the given rows predicts from such rows
+
+
 @pytest.mark.slow
 def test_multirun_sweep_resumes_and_aggregates(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}

@@ -437,7 +437,9 @@ SETTINGS = [
         message=r"^error: data\.eval_split='validation' but the dataset has splits",
     ),
     setting(
-        "data.format=parquet", "data.format=parquet", message=r"^error: data\.format must be auto, text, xc or npz"
+        "data.format=parquet",
+        "data.format=parquet",
+        message=r"^error: data\.format must be auto, text, xc, npz or xmc-base, got 'parquet'",
     ),
     setting(
         "data=custom without data.path",

@@ -6,7 +6,11 @@ A dataset folder holds one of:
 - the XC-repository sparse format (``train.txt``, ``dev.txt``/``test.txt``);
 - CSR pairs ``X.train.npz`` / ``Y.train.npz`` (labels then have no string ids unless a
   ``label_map.txt`` is given: they are named by their column number);
+- PECOS's xmc-base layout (``X.trn.txt``, ``Y.trn.npz``, ...; ``data/xmcbase.py``);
 - or ``.tar.gz`` archives of any of these, unpacked once into the cache.
+
+A named dataset (``data/catalog.py``) read from its own place (``data.path`` unset) has its
+document counts checked against the published ones before anything trains on it.
 """
 
 from __future__ import annotations
@@ -14,13 +18,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tarfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
+from xtransformer.data import catalog
 from xtransformer.data.errors import DataError
 from xtransformer.data.paths import default_cache_dir, default_data_dir
 from xtransformer.data.readers import (
@@ -33,6 +39,7 @@ from xtransformer.data.readers import (
     read_xc_sparse,
 )
 from xtransformer.data.vocab import LabelVocab
+from xtransformer.data.xmcbase import LABELS, TEXTS, is_xmc_base, label_space, read_xmc_base
 from xtransformer.settings import Settings, run_field
 from xtransformer.utils.io import atomic_dir, file_fingerprint, is_complete, load_csr, settings_key
 
@@ -55,7 +62,7 @@ class DataConfig(Settings):
     path: str | None = run_field(None, hydra="???")
     # default $XMC_DATA_DIR, else ../shared/data
     data_dir: str | None = run_field(None, hydra="${oc.env:XMC_DATA_DIR,null}")
-    format: str = "auto"  # auto | text | xc | npz
+    format: str = "auto"  # auto | text | xc | npz | xmc-base
     dev_fraction: float = 0.1  # carved from train when the dataset has no dev split
     dev_seed: int = 0
     eval_split: str | None = run_field(None)  # default: test if present, else dev; `holdout` with data.holdout
@@ -196,44 +203,67 @@ def resolve_dataset_dir(cfg: DataConfig, cache_dir: str | Path | None = None) ->
         archive = data_dir / f"{cfg.name}.tar.gz"
         if archive.is_file():
             return _unpack([archive], cfg.name, cache_dir)
-        known = sorted(p.name for p in data_dir.iterdir() if p.is_dir()) if data_dir.is_dir() else []
-        raise DataError(
-            f"unknown dataset {cfg.name!r}: no folder {folder}"
-            + (f" (datasets found in {data_dir}: {', '.join(known)})" if known else "")
-            + "; set data.path=/path/to/folder, data.data_dir=..., or $XMC_DATA_DIR"
-        )
-    if _detect_format(folder) is None:
+        raise _missing(cfg, folder, data_dir)
+    if detect_format(folder) is None:
         archives = sorted(folder.glob("*.tar.gz"))
         if archives:
             return _unpack(archives, cfg.name, cache_dir)
     return folder
 
 
-def _unpack(archives: list[Path], name: str, cache_dir: str | Path | None) -> Path:
+def _missing(cfg: DataConfig, folder: Path, data_dir: Path) -> DataError:
+    """One line for a dataset that is not there: how to get a named one, else the ones there are."""
+    named = catalog.find(cfg.name)
+    if cfg.path is None and named is not None and named.downloadable:
+        return DataError(
+            f"dataset {cfg.name!r} is not in {data_dir}: run `xmc-data get {cfg.name} --dir {data_dir}` "
+            f"(it downloads {named.url}), or put {cfg.name}.tar.gz there"
+        )
+    known = sorted(p.name for p in data_dir.iterdir() if p.is_dir()) if data_dir.is_dir() else []
+    return DataError(
+        f"unknown dataset {cfg.name!r}: no folder {folder}"
+        + (f" (datasets found in {data_dir}: {', '.join(known)})" if known else "")
+        + "; set data.path=/path/to/folder, data.data_dir=..., or $XMC_DATA_DIR"
+    )
+
+
+def extract_archives(archives: list[Path], into: Path) -> None:
+    """Unpack ``.tar.gz`` ``archives`` into the folder ``into``. Folders that wrap all the files
+    (one top folder; PECOS's ``xmc-base/<name>/``: two) are flattened away."""
+    for archive in archives:
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                tar.extractall(into, filter="data")
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+            raise DataError(f"cannot unpack archive: {err}", archive) from None
+    while len(entries := list(into.iterdir())) == 1 and entries[0].is_dir():
+        inner = entries[0].rename(into / f".{entries[0].name}.unwrapped")  # a child may share its name
+        for p in inner.iterdir():
+            p.rename(into / p.name)
+        inner.rmdir()
+
+
+def unpacked_dir(archives: list[Path], name: str, cache_dir: str | Path | None) -> Path:
+    """Where the cache holds ``archives`` unpacked (keyed by their content)."""
     key = settings_key([file_fingerprint(a) for a in archives])
-    target = Path(cache_dir or default_cache_dir()) / "datasets" / f"{name}-{key}"
+    return Path(cache_dir or default_cache_dir()) / "datasets" / f"{name}-{key}"
+
+
+def _unpack(archives: list[Path], name: str, cache_dir: str | Path | None) -> Path:
+    target = unpacked_dir(archives, name, cache_dir)
     if is_complete(target):
         return target
     log.info("unpacking %s into %s", ", ".join(a.name for a in archives), target)
     with atomic_dir(target) as tmp:
-        for archive in archives:
-            try:
-                with tarfile.open(archive, "r:gz") as tar:
-                    tar.extractall(tmp, filter="data")
-            except (tarfile.TarError, OSError) as err:
-                raise DataError(f"cannot unpack archive: {err}", archive) from None
-        # archives that wrap their files in one top folder: flatten it
-        entries = list(tmp.iterdir())
-        if len(entries) == 1 and entries[0].is_dir():
-            for p in entries[0].iterdir():
-                p.rename(tmp / p.name)
-            entries[0].rmdir()
+        extract_archives(archives, tmp)
     return target
 
 
-def _detect_format(folder: Path) -> str | None:
+def detect_format(folder: Path) -> str | None:
     if (folder / "train_texts.txt").is_file():
         return "text"
+    if is_xmc_base(folder):
+        return "xmc-base"
     if (folder / "X.train.npz").is_file():
         return "npz"
     if (folder / "train.txt").is_file():
@@ -241,30 +271,34 @@ def _detect_format(folder: Path) -> str | None:
     return None
 
 
+class Loaded(NamedTuple):
+    """What a layout's reader returns: the label space, the splits (``data.max_docs`` applied) and
+    per split the file its documents were counted in and their number (before ``max_docs``)."""
+
+    vocab: LabelVocab
+    splits: dict[str, Split]
+    label_text: list[str]
+    n_missing: int
+    docs: dict[str, tuple[Path, int]]
+
+
 def load_dataset(
-    name_or_cfg: str | DataConfig | dict, cache_dir: str | Path | None = None, **overrides: Any
+    name_or_cfg: str | DataConfig | dict,
+    cache_dir: str | Path | None = None,
+    given_tfidf: bool = False,
+    **overrides: Any,
 ) -> XMCDataset:
-    """Load a dataset by name (a folder under the data dir), path, or ``DataConfig``."""
-    if isinstance(name_or_cfg, str):
-        cfg = DataConfig(name=name_or_cfg, **overrides)
-        if Path(name_or_cfg).expanduser().is_dir() and "path" not in overrides:
-            cfg = dataclasses.replace(cfg, name=Path(name_or_cfg).name, path=name_or_cfg)
-    elif isinstance(name_or_cfg, dict):
-        cfg = DataConfig.from_mapping({**name_or_cfg, **overrides})
-    else:
-        cfg = dataclasses.replace(name_or_cfg, **overrides)
+    """Load a dataset by name (a folder under the data dir), path, or ``DataConfig``. With
+    ``given_tfidf`` the splits also hold the TF-IDF rows the dataset ships (``tfidf=given``)."""
+    cfg = _data_config(name_or_cfg, overrides)
     folder = resolve_dataset_dir(cfg, cache_dir)
-    fmt = _detect_format(folder) if cfg.format == "auto" else cfg.format
-    if fmt is None:
-        raise DataError(
-            "no dataset files found: expected train_texts.txt + train_labels.txt (raw text), "
-            "train.txt (XC sparse format) or X.train.npz + Y.train.npz",
-            folder,
-        )
-    loader = {"text": _load_text, "xc": _load_xc, "npz": _load_npz}.get(fmt)
-    if loader is None:
-        raise DataError(f"data.format must be auto, text, xc or npz, got {cfg.format!r}")
-    vocab, splits, label_text, n_missing = loader(folder, cfg)
+    got = read_folder(folder, cfg, given_tfidf)
+    named = catalog.find(cfg.name)
+    if named is not None and cfg.path is None:  # its own files: the published counts hold
+        catalog.check_sizes(named, got.docs, len(got.vocab))
+    elif named is not None:
+        log.info("data.path is set: %s is read from %s, its published sizes are not checked", cfg.name, folder)
+    splits = got.splits
     carved = "dev" not in splits
     if carved:
         n_dev = int(round(len(splits["train"]) * cfg.dev_fraction))
@@ -275,24 +309,70 @@ def load_dataset(
     if eval_split not in splits:
         hint = " (it needs data.holdout=N: N training documents held out)" if eval_split == "holdout" else ""
         raise DataError(f"data.eval_split={eval_split!r} but the dataset has splits {sorted(splits)}{hint}")
-    ds = XMCDataset(
+    return XMCDataset(
         name=cfg.name,
         root=folder,
-        vocab=vocab,
+        vocab=got.vocab,
         splits=splits,
-        label_text=label_text,
-        n_label_text_missing=n_missing,
+        label_text=got.label_text,
+        n_label_text_missing=got.n_missing,
         eval_split=eval_split,
         dev_carved_from_train=carved,
     )
-    return ds
+
+
+def _data_config(name_or_cfg: str | DataConfig | dict, overrides: dict[str, Any]) -> DataConfig:
+    if isinstance(name_or_cfg, str):
+        cfg = DataConfig(name=name_or_cfg, **overrides)
+        if Path(name_or_cfg).expanduser().is_dir() and "path" not in overrides:
+            cfg = dataclasses.replace(cfg, name=Path(name_or_cfg).name, path=name_or_cfg)
+        return cfg
+    if isinstance(name_or_cfg, dict):
+        return DataConfig.from_mapping({**name_or_cfg, **overrides})
+    return dataclasses.replace(name_or_cfg, **overrides)
+
+
+def read_folder(folder: Path, cfg: DataConfig, given_tfidf: bool = False) -> Loaded:
+    """The files of ``folder`` in the layout ``data.format`` names (``auto``: the one found)."""
+    fmt = detect_format(folder) if cfg.format == "auto" else cfg.format
+    if fmt is None:
+        raise DataError(
+            "no dataset files found: expected train_texts.txt + train_labels.txt (raw text), "
+            "X.trn.txt + Y.trn.npz (xmc-base), train.txt (XC sparse format) or X.train.npz + Y.train.npz",
+            folder,
+        )
+    if fmt == "xmc-base":
+        return _load_xmc_base(folder, cfg, given_tfidf)
+    loader = {"text": _load_text, "xc": _load_xc, "npz": _load_npz}.get(fmt)
+    if loader is None:
+        raise DataError(f"data.format must be auto, text, xc, npz or xmc-base, got {cfg.format!r}")
+    if given_tfidf and fmt == "text":
+        raise DataError("tfidf.source=given: raw texts have no TF-IDF rows (the xmc-base layout ships them)", folder)
+    return loader(folder, cfg)
+
+
+def _load_xmc_base(folder: Path, cfg: DataConfig, given: bool) -> Loaded:
+    parts = read_xmc_base(folder, cfg.allow_empty_docs, given)
+    vocab, names, missing = label_space(folder, parts["train"]["Y"].shape[1])
+    splits = {}
+    for s, part in parts.items():
+        _check_rows(part["Y"], cfg, folder / LABELS[s])
+        X = part.get("X")
+        splits[s] = Split(
+            name=s,
+            Y=_limit_rows(part["Y"], cfg),
+            texts=_limit(part["texts"], cfg),
+            ids=_limit([str(i) for i in range(len(part["texts"]))], cfg),
+            X=None if X is None else _limit_rows(X, cfg),
+        )
+    return Loaded(vocab, splits, names, missing, {s: (folder / TEXTS[s], len(p["texts"])) for s, p in parts.items()})
 
 
 def _limit(items: list, cfg: DataConfig) -> list:
     return items if cfg.max_docs is None else items[: cfg.max_docs]
 
 
-def _load_text(folder: Path, cfg: DataConfig):
+def _load_text(folder: Path, cfg: DataConfig) -> Loaded:
     present = [s for s in SPLITS if (folder / f"{s}_texts.txt").is_file() or (folder / f"{s}_labels.txt").is_file()]
     if "train" not in present:
         raise DataError("missing split 'train': no train_texts.txt / train_labels.txt", folder)
@@ -338,7 +418,7 @@ def _load_text(folder: Path, cfg: DataConfig):
         label_text, missing = read_label_text(text_path, vocab)
     else:
         label_text, missing = list(vocab.ids), len(vocab)
-    return vocab, splits, label_text, missing
+    return Loaded(vocab, splits, label_text, missing, {s: (folder / f"{s}_texts.txt", len(texts[s])) for s in present})
 
 
 def _feature_vocab(folder: Path, n_labels: int) -> tuple[LabelVocab, list[str], int]:
@@ -361,7 +441,7 @@ def _check_rows(Y: sp.csr_matrix, cfg: DataConfig, path: Path) -> None:
             raise DataError("document without labels (set data.allow_empty_labels=true)", path, int(empty[0]) + 1)
 
 
-def _load_xc(folder: Path, cfg: DataConfig):
+def _load_xc(folder: Path, cfg: DataConfig) -> Loaded:
     mats = {s: read_xc_sparse(folder / f"{s}.txt") for s in SPLITS if (folder / f"{s}.txt").is_file()}
     if "train" not in mats:
         raise DataError("missing split 'train': no train.txt", folder)
@@ -372,11 +452,12 @@ def _load_xc(folder: Path, cfg: DataConfig):
         _check_rows(Y, cfg, folder / f"{s}.txt")
     vocab, label_text, missing = _feature_vocab(folder, shapes["train"][1])
     splits = {s: Split(name=s, Y=_limit_rows(Y, cfg), X=_limit_rows(X, cfg)) for s, (X, Y) in mats.items()}
-    return vocab, splits, label_text, missing
+    docs = {s: (folder / f"{s}.txt", Y.shape[0]) for s, (_, Y) in mats.items()}
+    return Loaded(vocab, splits, label_text, missing, docs)
 
 
-def _load_npz(folder: Path, cfg: DataConfig):
-    splits = {}
+def _load_npz(folder: Path, cfg: DataConfig) -> Loaded:
+    splits, docs = {}, {}
     n_labels = None
     for s in SPLITS:
         xp, yp = folder / f"X.{s}.npz", folder / f"Y.{s}.npz"
@@ -396,11 +477,12 @@ def _load_npz(folder: Path, cfg: DataConfig):
         if Y.shape[1] != n_labels:
             raise DataError(f"Y has {Y.shape[1]} labels, train has {n_labels}", yp)
         Y.data[:] = 1.0
+        docs[s] = (yp, Y.shape[0])
         splits[s] = Split(name=s, Y=_limit_rows(Y, cfg), X=_limit_rows(X, cfg))
     if "train" not in splits:
         raise DataError("missing split 'train': no X.train.npz / Y.train.npz", folder)
     vocab, label_text, missing = _feature_vocab(folder, n_labels)
-    return vocab, splits, label_text, missing
+    return Loaded(vocab, splits, label_text, missing, docs)
 
 
 def _limit_rows(M: sp.csr_matrix, cfg: DataConfig) -> sp.csr_matrix:

@@ -116,9 +116,11 @@ class LabeledData:
 
     @cached_property
     def key(self) -> str:
-        """Content key of the documents, the labels and the label space (cache keys build on it)."""
+        """Content key of the documents, the labels and the label space (cache keys build on it).
+        Texts with feature rows (a dataset's own TF-IDF, ``tfidf=given``) key both."""
         docs = texts_fingerprint(self.texts) if self.texts is not None else csr_fingerprint(self.features)
-        return settings_key("data", docs, csr_fingerprint(self.Y), self.label_ids)
+        both = [csr_fingerprint(self.features)] if self.texts is not None and self.features is not None else []
+        return settings_key("data", docs, csr_fingerprint(self.Y), self.label_ids, *both)
 
 
 def csr_fingerprint(mat: sp.spmatrix) -> str:

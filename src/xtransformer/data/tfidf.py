@@ -5,7 +5,9 @@ features the XMC literature and PECOS's benchmarks use. The vectoriser is fit on
 documents only; other documents are transformed with it. With ``lead_chars`` > 0 a second TF-IDF
 block holds the words of each document's opening (a legal act's title and header; a paper's
 title), so the linear models weigh them apart from the body: ``[body | lead_weight * lead]``, rows
-l2-normalised. Data that come with features (XC / npz formats) pass them through, l2-normalised.
+l2-normalised. Data that come with features (XC / npz formats) pass them through, l2-normalised,
+and so do a text dataset's own TF-IDF rows with ``tfidf.source: given`` (``tfidf=given``: the
+xmc-base layout's ``tfidf-attnxml/``, the features the papers' linear models read).
 
 :class:`TfidfFeatures` is the component every method holds: documents in, the model's TF-IDF rows
 out, saved as plain data (vocabulary JSON list in column order, idf ``.npz``, the analyser
@@ -42,6 +44,7 @@ SETTINGS = "tfidf.json"
 VOCABULARY = "vocabulary.json"
 IDF = "idf.npz"
 LEAD_DIR = "lead"
+SOURCES = ("text", "given")  # where the TF-IDF rows come from: fit on the texts, or shipped with the dataset
 UNIT_TOLERANCE = 1e-5  # a given row counts as l2-normalised when its squared norm is this close to 1
 # get_params() entries that are not analyser settings, or that cannot be stored as data
 _SKIP = {"vocabulary", "dtype", "input", "tokenizer", "preprocessor", "analyzer", "stop_words"}
@@ -54,6 +57,7 @@ class TfidfConfig(Settings):
     where = "tfidf"
     error = DataError
 
+    source: str = "text"  # text: fit on the training texts | given: the dataset's own TF-IDF rows
     ngram_max: int = 2
     max_features: int | None = 200_000
     min_df: int = 2
@@ -68,6 +72,8 @@ class TfidfConfig(Settings):
     n_jobs: int = run_field(2)  # threads transforming chunks of documents after the fit
 
     def check(self) -> None:
+        if self.source not in SOURCES:
+            raise self.bad("source", f"expected one of {list(SOURCES)}")
         for key in ("ngram_max", "min_df", "n_jobs"):
             if getattr(self, key) < 1:
                 raise self.bad(key, "must be an int >= 1")
@@ -242,14 +248,30 @@ TRAIN_ROWS = "X.train.npz"  # the stage's rows of the training documents, in the
 
 
 def tfidf_key(data_key: str, cfg: TfidfConfig) -> str:
-    """The TF-IDF stage's cache key: the training documents' content key and the training settings."""
-    return settings_key("tfidf", data_key, cfg.training_settings())
+    """The TF-IDF stage's cache key: the training documents' content key and the training settings
+    (``source`` only when it is ``given``: the keys of text TF-IDF stay those made before it existed)."""
+    settings = cfg.training_settings()
+    if settings.get("source") == "text":
+        del settings["source"]
+    return settings_key("tfidf", data_key, settings)
+
+
+def check_source(data: Any, cfg: TfidfConfig, who: str) -> None:
+    """One line before any work when ``tfidf.source=given`` finds no TF-IDF rows in ``data``."""
+    if cfg.source == "given" and data.features is None:
+        raise DataError(
+            f"tfidf.source=given: {who} got no TF-IDF rows with the documents (data in the xmc-base layout "
+            "ships them in tfidf-attnxml/; XRLinear.fit takes them as a LabeledData with texts and features)",
+            data.source,
+        )
 
 
 def tfidf_stage(cache: Any, data: Any, cfg: TfidfConfig, key: str) -> tuple[TfidfFeatures, sp.csr_matrix]:
     """The features component and the training documents' rows of ``data``
-    (:class:`~xtransformer.data.inputs.LabeledData`), through the stage cache under ``key``."""
-    if data.texts is None:
+    (:class:`~xtransformer.data.inputs.LabeledData`), through the stage cache under ``key``: fit on
+    its texts, or its own rows (feature-only data, or ``tfidf.source=given``)."""
+    if data.texts is None or cfg.source == "given":
+        check_source(data, cfg, "the TF-IDF stage")
         return given_features(data.features)
 
     def build(tmp: Path) -> None:
@@ -282,7 +304,7 @@ def tfidf_features(
         if name != "train":
             out[name] = (
                 features.from_texts(split.texts, cfg.n_jobs)
-                if split.texts is not None
+                if split.texts is not None and features.takes_text
                 else features.from_features(split.X)
             )
     return out

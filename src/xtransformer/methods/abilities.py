@@ -192,7 +192,7 @@ class ScoresZeroShot:
     def _calibration_pass(self, data: LabeledData, rows: np.ndarray) -> tuple[sp.csr_matrix, Any]:
         """The model's scores of ``data``'s documents ``rows`` and the rows it read them into."""
         settings = self.settings({"zero_shot_labels": False})
-        if data.texts is None:
+        if not self.reads_texts(data):
             require(self, Ability.FEATURE_ROWS, "fit_zero_shot from feature rows")
             X = data.features[rows]
             return self._predict_features(X, settings), self._feature_rows(X)
@@ -256,7 +256,7 @@ class Calibrates:
         base = (settings or CalibrationConfig(method="platt", holdout=1)).to_dict()
         config = CalibrationConfig.from_mapping({**base, **fields, "holdout": len(data)})
         plain = {k: v for k, v in self.predict_settings.items() if k not in DECISION_KEYS}
-        if data.texts is not None:
+        if self.reads_texts(data):
             pred = self._predict_texts_kept(data.texts, plain, None)
         else:
             require(self, Ability.FEATURE_ROWS, "calibrate on feature rows")

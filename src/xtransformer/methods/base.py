@@ -97,6 +97,16 @@ class XMCModel(Calibrates):
         """What this model can do beyond ranking labels for texts (``methods/abilities.py``)."""
         return declared_abilities(type(self))
 
+    @property
+    def takes_texts(self) -> bool:
+        """Whether it reads documents as texts; False for a model trained on given feature rows."""
+        return True
+
+    def reads_texts(self, data: LabeledData) -> bool:
+        """Whether it reads ``data``'s documents as texts, else as their feature rows (data with both:
+        a dataset's own TF-IDF rows beside its texts, ``tfidf=given``)."""
+        return data.texts is not None and (data.features is None or self.takes_texts)
+
     def derived(self) -> XMCModel:
         """A copy to change (a verb's new model): its records copied, its components shared (no verb
         changes a component in place), no folder (it is not what its folder holds)."""
@@ -273,7 +283,7 @@ class XMCModel(Calibrates):
         plus the method's own diagnostics."""
         data = LabeledData.build(inputs, labels, self.label_ids, self.label_names)
         settings, report = self.settings(overrides), {}
-        if data.texts is not None:
+        if self.reads_texts(data):
             pred = self._predict_texts_kept(data.texts, settings, report)
         else:
             require(self, Ability.FEATURE_ROWS, "evaluate on feature rows")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from xtransformer.data.errors import DataError
 from xtransformer.data.inputs import LabeledData
 from xtransformer.data.tfidf import TfidfFeatures, tfidf_stage
 from xtransformer.indexing import ClusterChain, build_index, cluster_quality, learn_overlap
@@ -66,6 +67,11 @@ class NeuralModel(AddsLabels, ScoresZeroShot, XMCModel):
         from xtransformer.matcher.train import check_model
 
         data.require_texts(f"method={cls.kind}")
+        if s.tfidf.source == "given":  # its folder reads documents as texts alone, the rankers' TF-IDF included
+            raise DataError(
+                f"tfidf=given: method={cls.kind} computes its rankers' TF-IDF from the texts it predicts for; "
+                "use tfidf=default, or method=xrlinear with tfidf=given"
+            )
         check_model(s.matcher)
         check_copies_fit(s.indexing, data.n_labels, "indexing")
 

@@ -81,7 +81,7 @@ class RunData:
 
     @classmethod
     def load(cls, s: RunSettings, ctx: TrainContext) -> RunData:
-        ds = load_dataset(s.data, cache_dir=ctx.cache.base)
+        ds = load_dataset(s.data, cache_dir=ctx.cache.base, given_tfidf=s.given_tfidf)
         log.info("dataset %s: %s", ds.name, {name: len(v) for name, v in ds.splits.items()})
         train, held = s.calibration.hold_out(LabeledData.from_split(ds, "train"))
         if held is not None:
@@ -165,7 +165,7 @@ def score_method(model: XMCModel, data: RunData, s: RunSettings, out: Outcome, c
 
 def predict_documents(model: XMCModel, docs: LabeledData) -> Any:
     """``model``'s scores of ``docs`` (texts, or feature rows for a model trained on them)."""
-    if docs.texts is not None:
+    if model.reads_texts(docs):
         return model.predict_csr(docs.texts)
     return model.predict_features_csr(docs.features)
 

@@ -57,6 +57,11 @@ class RunSettings:
         """Whether the run reports the main method combined with XR-Linear."""
         return bool(self.combine_with_xrlinear) and self.method != "xrlinear" and "xrlinear" in self.methods
 
+    @property
+    def given_tfidf(self) -> bool:
+        """Whether a method reads the dataset's own TF-IDF rows (``tfidf=given``): the data must bring them."""
+        return any(getattr(getattr(r, "tfidf", None), "source", None) == "given" for r in self.methods.values())
+
     def combine_weights(self) -> list[float]:
         """The weights of [main method, XR-Linear] in ``{method}+xrlinear`` (``combine_weight``)."""
         return [self.combine_weight, 1.0 - self.combine_weight]

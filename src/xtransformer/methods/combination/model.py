@@ -89,6 +89,10 @@ class Combination(AddsLabels, ScoresZeroShot, ReadsFeatureRows, XMCModel):
         """What every member can do (a feature row is read by all of them or by none)."""
         return frozenset.intersection(declared_abilities(type(self)), *(m.abilities for m in self.members))
 
+    @property
+    def takes_texts(self) -> bool:
+        return all(m.takes_texts for m in self.members)
+
     # ------------------------------------------------------------------ training
     @classmethod
     def stage_keys(cls, settings: CombinationSettings, data_key: str, n_labels: int, trainer: Any) -> dict[str, Any]:

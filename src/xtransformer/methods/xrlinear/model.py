@@ -10,7 +10,7 @@ from typing import Any
 import scipy.sparse as sp
 
 from xtransformer.data.inputs import LabeledData
-from xtransformer.data.tfidf import TfidfFeatures, tfidf_key, tfidf_stage
+from xtransformer.data.tfidf import TfidfFeatures, check_source, tfidf_key, tfidf_stage
 from xtransformer.indexing import IndexingConfig, build_index, check_copies_fit, learn_overlap, overlap_summary
 from xtransformer.methods.abilities import AddsLabels, ReadsFeatureRows, ScoresZeroShot
 from xtransformer.methods.base import ModelRecords, XMCModel, with_settings
@@ -53,6 +53,11 @@ class XRLinear(AddsLabels, ScoresZeroShot, ReadsFeatureRows, XMCModel):
     @classmethod
     def _check(cls, data: LabeledData, settings: XRLinearSettings) -> None:
         check_copies_fit(settings.xrlinear.indexing, data.n_labels, "xrlinear.indexing")
+        check_source(data, settings.tfidf, "method=xrlinear")
+
+    @property
+    def takes_texts(self) -> bool:
+        return self.tfidf.takes_text
 
     @classmethod
     def _fit(
@@ -120,7 +125,7 @@ class XRLinear(AddsLabels, ScoresZeroShot, ReadsFeatureRows, XMCModel):
         from xtransformer.methods.reuse import tfidf_rows
 
         d = plan.data
-        if d.texts is None:
+        if not self.reads_texts(d):
             X = self.tfidf.from_features(d.features)
         else:
             X = tfidf_rows(plan.run_rows(self.train_settings.get("stages"), ["tfidf"]), self.tfidf, d.texts)

@@ -1,0 +1,1 @@
+"""The xmc_base study (README.md beside this file)."""
