@@ -93,6 +93,7 @@ class _TopLevel(Settings):
     method: str = "xtransformer"
     baseline: bool | None = run_field(None)  # old name of train_xrlinear
     combine_with_baseline: str | None = run_field("unset")  # old name of combine_with_xrlinear
+    table5_id: int | str | None = run_field(None)  # the Table 5 row of a +table5=<row> run (suite/table5.py reads it)
 
     def check(self) -> None:
         if self.baseline is not None:
