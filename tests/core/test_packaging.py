@@ -131,6 +131,9 @@ def test_installed_package_is_used_and_ships_its_configs(installed, tmp_path):
     probe = "from xtransformer.pipeline.settings import compose_settings as c; s = c('xrlinear=hard_negatives')"
     probe += "; print(s.methods['xrlinear'].xrlinear.n_trees, s.methods['xrlinear'].xrlinear.model.added_max_iter)"
     assert _run([str(py), "-c", probe], cwd=tmp_path, env=env).stdout.split()[-2:] == ["3", "2"]
+    # the seed papers' published rows are package data
+    probe = "from xtransformer.suite.published import select; print(select(['x-transformer/eurlex-4k/parabel'])[0].url)"
+    assert _run([str(py), "-c", probe], cwd=tmp_path, env=env).stdout.split()[-1].startswith("https://")
 
 
 def test_wheel_ships_the_compiled_modules_license_and_typing_marker(wheel):

@@ -109,6 +109,14 @@ def test_option_files_set_only_fields_of_their_record(path):
     assert f"# Settings: {RECORD_GROUPS[path.parent.name]};" in path.read_text(), "a header naming the record"
 
 
+@pytest.mark.parametrize("row", sorted(p.stem for p in (CONFIGS / "table5").glob("*.yaml")))
+def test_a_table5_row_gives_valid_settings(row):
+    """The X-Transformer sweeps run Table 5's rows (``+table5=<row>``): each one's settings pass the check,
+    its row id a run setting that suite/table5.py reads back."""
+    s = run_settings(_compose(f"+table5={row}"))
+    assert s.method in ("xtransformer", "kimcnn", "xmlcnn")
+
+
 @pytest.mark.parametrize("key", ["max_cg_iter", "post_processor", "max_cluster_growth", "normalize_y_rows"])
 def test_a_records_default_is_written_once(key):
     """Keys of the ranker and indexing records, copied into several files before the records

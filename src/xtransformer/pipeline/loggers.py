@@ -69,6 +69,8 @@ def log_final(loggers: list[Any], metrics: dict[str, Any], out_dir: Path) -> Non
     for method, groups in metrics.get("label_groups", {}).items():  # frequent / few / zero-shot labels
         for group, res in groups.items():
             flat.update({f"final/{method}/{group}/{k}": float(v) for k, v in res.items()})
+    for row_id, rec in metrics.get("published", {}).items():  # the papers' figures, beside the run's own
+        flat.update({f"published/{row_id}/{k}": float(v) for k, v in rec["metrics"].items()})
     flat.update({f"time/{k}": float(v) for k, v in metrics["timings_s"].items()})
     flat["peak_rss_gib"] = float(metrics["peak_rss_gib"])
     plots = sorted((out_dir / "plots").glob("*.png")) if (out_dir / "plots").is_dir() else []

@@ -32,6 +32,7 @@ from xtransformer.methods.combination import Combination
 from xtransformer.metrics import format_metrics_table, group_metrics, propensity
 from xtransformer.pipeline.loggers import build_loggers, log_final
 from xtransformer.pipeline.settings import RunSettings, run_settings
+from xtransformer.suite.published import published_lines, published_section
 from xtransformer.utils.io import save_csr, save_json
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,8 @@ def _run(cfg: DictConfig, s: RunSettings, ctx: TrainContext) -> dict[str, Any]:
     for name, res in out.results.items():
         if isinstance(res, dict) and "P@1" in res:
             log.info("%s on %s: %s", name, data.ds.eval_split, format_metrics_table(res, report_keys(res)))
+    for line in published_lines(metrics.get("published", {}), metrics["metrics"]):
+        log.info("%s", line)
     log_final(ctx.loggers, metrics, out_dir)
     return metrics
 
@@ -247,6 +250,7 @@ def run_metrics(
         },
         "index": index,
         **({"calibration": calibration_section(s, out)} if out.calibrations else {}),
+        **({"published": published_section(s.published)} if s.published else {}),  # the papers' rows beside
         "timings_s": timings | {"total": round(time.perf_counter() - clock.start, 3)},
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
         "settings": s.records(),  # what the stage keys and the model folders were made of

@@ -25,6 +25,7 @@ from xtransformer.data import DataConfig
 from xtransformer.ensemble import METHODS as ENSEMBLE_METHODS
 from xtransformer.methods import method_class
 from xtransformer.settings import Settings, SettingsError, run_field
+from xtransformer.suite.published import PublishedError, select
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class RunSettings:
     calibration: CalibrationConfig = dataclasses.field(default_factory=CalibrationConfig)
     cache_dir: str = ""
     output_dir: str = ""
+    published: list[str] = dataclasses.field(default_factory=list)  # the published rows set beside this run
 
     @property
     def main(self) -> Settings:
@@ -98,6 +100,10 @@ class _TopLevel(Settings):
     method: str = "xtransformer"
     baseline: bool | None = run_field(None)  # old name of train_xrlinear
     combine_with_baseline: str | None = run_field("unset")  # old name of combine_with_xrlinear
+    # the seed papers' rows this run stands beside (<paper>/<set>/<row>, suite/published.yaml): written
+    # into metrics.json and logged next to the run's results; the sweep aggregate prints them too
+    published: list[str] | None = run_field(None)
+    table5_id: int | str | None = run_field(None)  # the Table 5 row of a +table5=<row> run (suite/table5.py reads it)
 
     def check(self) -> None:
         if self.baseline is not None:
@@ -121,6 +127,10 @@ class _TopLevel(Settings):
             )
         if self.model_scale not in ("full", "small"):
             raise self.bad("model_scale", "expected 'full' or 'small'")
+        try:
+            select(self.published or [])
+        except PublishedError as err:
+            raise self.bad("published", str(err)) from None
 
 
 def groups(plain: Mapping[str, Any]) -> set[str]:
@@ -178,6 +188,7 @@ def run_settings(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
         calibration=CalibrationConfig.from_mapping(plain.get("calibration") or {}),
         cache_dir=str(paths.get("cache_dir", "")),
         output_dir=str(paths.get("output_dir", "")),
+        published=list(top.published or []),
     )
 
 

@@ -8,7 +8,8 @@ folder holds one written by ``xtransformer.ensemble`` (``"method": "ensemble"``,
 1. finds them under one or more sweep folders and turns each into a flat row (``runs.py``);
 2. groups rows by configuration and averages over seeds (:func:`aggregate`, here), numbering the
    configurations like the paper's Table 5 when they match its rows (``paper_rows.py``);
-3. renders Markdown, CSV and a P@k bar chart (``report.py``).
+3. renders Markdown, CSV and a P@k bar chart (``report.py``), with the papers' published rows the
+   runs name (``metrics.json``'s ``published``, ``published.py``) after their data set's rows.
 
 It imports neither Lightning nor Hydra, so it runs in a second anywhere the results are::
 
@@ -105,6 +106,16 @@ def mean_std(values: Iterable[float | None]) -> tuple[float | None, float | None
     return mean, std
 
 
+def report_sweep(sweep: Path) -> str:
+    """Aggregate every run under ``sweep`` (with the published rows they name) into
+    ``results.{md,csv,png}`` there; returns the Markdown table (the end of a sweep's callback)."""
+    scan = scan_runs([sweep])
+    _require_runs(scan, [sweep])
+    table = aggregate(scan.rows)
+    write_report(table, sweep, published=scan.published)
+    return to_markdown(table, published=scan.published)
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -162,11 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         agg = aggregate(scan.rows, metrics=tuple(dict.fromkeys([*args.metrics, *plot_metrics])))
         first = args.sweep_dirs[0]
         out = args.out or (first.parent if first.is_file() else first)
-        written = write_report(agg, out, args.metrics, plot_metrics)
+        written = write_report(agg, out, args.metrics, plot_metrics, published=scan.published)
     except AggregateError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(to_markdown(agg, args.metrics), end="")
+    print(to_markdown(agg, args.metrics, published=scan.published), end="")
     print(
         f"{len(scan.rows)} run(s), {len(agg)} configuration(s), {len(scan.skipped)} skipped; wrote "
         + ", ".join(str(p) for p in written.values()),

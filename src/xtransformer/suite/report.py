@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from xtransformer.suite.paper_rows import _sort_value
+from xtransformer.suite.published import PublishedRow
 from xtransformer.suite.runs import STAT_KEYS, AggregateError, config_keys
 from xtransformer.utils.io import atomic_path
 
@@ -66,25 +67,64 @@ def extra_columns(agg: Sequence[Mapping[str, Any]]) -> list[str]:
     return [k for k in keys if len({_sort_value(r.get(k)) for r in agg}) > 1]
 
 
-def to_markdown(agg: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None = None, digits: int = 2) -> str:
+# published rows: their record (metrics.json's ``published``) by id
+Published = Mapping[str, Mapping[str, Any]]
+
+
+def to_markdown(
+    agg: Sequence[Mapping[str, Any]],
+    metrics: Sequence[str] | None = None,
+    digits: int = 2,
+    published: Published | None = None,
+) -> str:
     """A Markdown table laid out like the paper's Table 5, metrics as "mean ± std", plus seeds.
 
-    ``metrics`` defaults to every metric that was aggregated.
+    ``metrics`` defaults to every metric that was aggregated. ``published``: the papers' rows the
+    runs name, each after its data set's configurations (Config. ID ``published: <id>``, the
+    figures as printed, — where the paper has none).
     """
     metrics = _aggregated_metrics(agg, metrics)
     extras = extra_columns(agg)
     header = [h for _, h in TABLE_COLUMNS] + extras + list(metrics) + ["seeds"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for row in agg:
-        cells = [_cell(k, row.get(k)) for k, _ in TABLE_COLUMNS] + [_cell(k, row.get(k)) for k in extras]
-        cells += [format_mean_std(row["mean"].get(m), row["std"].get(m), digits) for m in metrics]
-        cells.append(str(row["n_seeds"]))
+    for row in with_published(agg, published):
+        if isinstance(row, PublishedRow):
+            cells = published_cells(row, len(extras), metrics)
+        else:
+            cells = [_cell(k, row.get(k)) for k, _ in TABLE_COLUMNS] + [_cell(k, row.get(k)) for k in extras]
+            cells += [format_mean_std(row["mean"].get(m), row["std"].get(m), digits) for m in metrics]
+            cells.append(str(row["n_seeds"]))
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def to_csv(agg: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None = None) -> str:
-    """CSV: config columns, ``n_seeds``, ``seeds``, then ``<metric>_mean`` and ``<metric>_std``."""
+def with_published(agg: Sequence[Mapping[str, Any]], published: Published | None) -> list[Any]:
+    """``agg``'s rows with each data set's published rows after its block (sets no run has: last)."""
+    rows = [PublishedRow.from_record(k, v) for k, v in (published or {}).items()]
+    out: list[Any] = []
+    for i, row in enumerate(agg):
+        out.append(row)
+        dataset = str(row.get("dataset"))
+        if i + 1 == len(agg) or str(agg[i + 1].get("dataset")) != dataset:
+            out += [p for p in rows if p.dataset == dataset]
+    shown = {str(r.get("dataset")) for r in agg}
+    return out + [p for p in rows if p.dataset not in shown]
+
+
+def published_cells(row: PublishedRow, n_extras: int, metrics: Sequence[str]) -> list[str]:
+    """A published row's cells: Table 5's configuration columns where the paper gives them (else
+    its method as the matching), the figures as printed."""
+    c = row.config
+    cells = [row.dataset, f"published: {row.id}", c.get("indexing", "—"), c.get("matching", row.method)]
+    cells += [c.get("ranker input", "—"), c.get("negatives", "—")] + ["—"] * n_extras
+    return cells + [row.printed.get(m, "—") for m in metrics] + ["—"]
+
+
+def to_csv(
+    agg: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None = None, published: Published | None = None
+) -> str:
+    """CSV: config columns, ``n_seeds``, ``seeds``, then ``<metric>_mean`` and ``<metric>_std``;
+    a published row (``config_id`` ``published: <id>``) has its printed figure as the mean."""
     metrics = _aggregated_metrics(agg, metrics)
     keys = [k for k in config_keys(agg) if k not in STAT_KEYS and k != "dataset"]
     header = ["dataset", "config_id", "paper_row", *keys, "n_seeds", "seeds"]
@@ -98,6 +138,9 @@ def to_csv(agg: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None = Non
         values += [row[stat].get(m) for m in metrics for stat in ("mean", "std")]
         values.append(";".join(row["run_dirs"]))
         writer.writerow(["" if v is None else v for v in values])
+    for p in (r for r in with_published(agg, published) if isinstance(r, PublishedRow)):
+        figures = [p.printed.get(m, "") if stat == "mean" else "" for m in metrics for stat in ("mean", "std")]
+        writer.writerow([p.dataset, f"published: {p.id}", "", *[""] * (len(keys) + 2), *figures, ""])
     return buf.getvalue()
 
 
@@ -147,11 +190,13 @@ def write_report(
     out_dir: str | os.PathLike,
     metrics: Sequence[str] | None = None,
     plot_metrics: Sequence[str] = PLOT_METRICS,
+    published: Published | None = None,
 ) -> dict[str, Path]:
-    """Write ``results.md``, ``results.csv`` and ``results_p_at_k.png`` into ``out_dir`` atomically."""
+    """Write ``results.md``, ``results.csv`` (both with the ``published`` rows) and
+    ``results_p_at_k.png`` into ``out_dir`` atomically."""
     out = Path(out_dir)
     return {
-        "md": _write_text(to_markdown(agg, metrics), out / REPORT_FILES["md"]),
-        "csv": _write_text(to_csv(agg, metrics), out / REPORT_FILES["csv"]),
+        "md": _write_text(to_markdown(agg, metrics, published=published), out / REPORT_FILES["md"]),
+        "csv": _write_text(to_csv(agg, metrics, published), out / REPORT_FILES["csv"]),
         "png": plot_p_at_k(agg, out / REPORT_FILES["png"], plot_metrics),
     }

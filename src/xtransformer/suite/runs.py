@@ -61,6 +61,7 @@ DEFAULT_IGNORE = (
     "baseline",
     "combine_with_baseline",
     "task_name",
+    "published",  # the papers' rows a run is set beside: shown as rows of their own, not a setting
 )
 # A leaf whose value looks like a time stamp (Hydra's ${now:...} folders) is not a setting either.
 TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2}[_T ]\d{2}[-:]\d{2}")
@@ -84,10 +85,12 @@ class AggregateWarning(UserWarning):
 
 @dataclass
 class RunScan:
-    """What :func:`scan_runs` found: one row per readable run and the runs it had to skip."""
+    """What :func:`scan_runs` found: one row per readable run, the runs it had to skip, and the
+    papers' published rows the runs name (``metrics.json``'s ``published``: id -> record)."""
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    published: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def collect_runs(paths: Sequence[str | os.PathLike], ignore: Sequence[str] = DEFAULT_IGNORE) -> list[dict[str, Any]]:
@@ -132,6 +135,7 @@ def scan_runs(paths: Sequence[str | os.PathLike], ignore: Sequence[str] = DEFAUL
             desc, seed = _ensemble_descriptor(d, doc, known)
             desc.update({_extra_name(k): None for k in extra})
         scan.rows.append({**desc, "seed": seed, "run_dir": str(d), "metrics": _numeric(doc["metrics"])})
+        scan.published |= {k: v for k, v in _as_dict(doc.get("published")).items() if isinstance(v, dict)}
     return scan
 
 

@@ -22,11 +22,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from xtransformer.ensemble import METHODS, ensemble_runs
-from xtransformer.suite.aggregate import aggregate
-from xtransformer.suite.report import to_markdown, write_report
-from xtransformer.suite.runs import scan_runs
-from xtransformer.utils.io import save_json
+from xtransformer.ensemble import METHODS
+from xtransformer.suite.aggregate import report_sweep
+from xtransformer.suite.ensembles import ENSEMBLES, write_ensemble_folder
+from xtransformer.suite.report import REPORT_FILES
 
 log = logging.getLogger(__name__)
 
@@ -61,35 +60,18 @@ def build_ensembles(sweep: Path, method: str = "average") -> list[Path]:
             members = [by_pair.get(p) for p in pairs]
             if any(m is None for m in members):
                 continue
-            out = sweep / "ensembles" / f"row{row}_seed{seed}"
-            first = json.loads((members[0] / "metrics.json").read_text())
-            split = first["eval_split"]
-            results = ensemble_runs(members, out, method, splits=[split])
-            save_json(
-                {
-                    "method": "ensemble",
-                    "ensemble_method": method,
-                    "members": [str(m) for m in members],
-                    "dataset": first["dataset"],
-                    "eval_split": split,
-                    "seed": seed,
-                    "table5_id": row,
-                    "metrics": results[split],
-                },
-                out / "metrics.json",
-            )
-            made.append(out)
+            out = sweep / ENSEMBLES / f"row{row}_seed{seed}"
+            made.append(write_ensemble_folder(members, out, method, {"seed": seed, "table5_id": row}))
     return made
 
 
 def finish(sweep: Path, method: str = "average") -> str:
     """Build the ensembles of rows 7-9, then write ``results.{md,csv,png}`` into the sweep folder."""
     made = build_ensembles(sweep, method)
-    log.info("table 5: built %d ensemble(s) in %s", len(made), sweep / "ensembles")
-    table = aggregate(scan_runs([sweep]).rows)
-    paths = write_report(table, sweep)
-    log.info("table 5: %s", paths["md"])
-    return to_markdown(table)
+    log.info("table 5: built %d ensemble(s) in %s", len(made), sweep / ENSEMBLES)
+    table = report_sweep(sweep)
+    log.info("table 5: %s", sweep / REPORT_FILES["md"])
+    return table
 
 
 class FinishTable5(Callback):
