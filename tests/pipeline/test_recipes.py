@@ -106,3 +106,11 @@ def test_recipes_cite_their_sources():
         assert source[name.split("_")[0]] in text and header.count("\n#") >= 2, name
     shared = (CONFIGS / "experiment" / "xt_shared.yaml").read_text()
     assert "Chang et al., KDD 2020" in shared and "run_transformer_train.sh" in shared
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_each_recipe_reads_a_tfidf_its_method_can_predict_with(recipe):
+    """XR-Linear reads the set's own TF-IDF rows; a neural method predicts from texts alone and
+    computes its rankers' TF-IDF from them (it refuses tfidf=given at start), so its recipes use ours."""
+    s = run_settings(compose([f"experiment={recipe}", "paths.output_dir=/tmp/x"]))
+    assert s.main.tfidf.source == ("given" if s.method == "xrlinear" else "text"), recipe
